@@ -1,0 +1,23 @@
+"""Models: priors and likelihoods over a flat parameter vector.
+
+A model gives the samplers minibatch per-example gradients as an operator
+(:class:`PerExampleGradients`), the full-data log posterior and gradient, and the
+predictive for a stack of draws. Models are public so that a user can sample a
+posterior directly, without an estimator.
+"""
+
+from ._base import Model
+from ._gradients import DensePerExampleGradients, LinearPerExampleGradients, PerExampleGradients
+from .glm import LinearRegressionModel, LogisticModel, SoftmaxModel
+from .normal_gamma import NormalGammaModel
+
+__all__ = [
+    "Model",
+    "PerExampleGradients",
+    "LinearPerExampleGradients",
+    "DensePerExampleGradients",
+    "LogisticModel",
+    "SoftmaxModel",
+    "LinearRegressionModel",
+    "NormalGammaModel",
+]

@@ -1,0 +1,99 @@
+"""The model interface every sampler works through.
+
+A model is a prior and a likelihood over a flat parameter vector ``theta`` (P,). It knows
+nothing of samplers: it gives minibatch per-example gradients (as an operator), the
+full-data log posterior and its gradient, curvature products, and the predictive for a
+stack of draws.
+"""
+
+import copy
+
+import numpy as np
+
+
+class Model:
+    """Base class of the models: prior and likelihood for a flat parameter vector.
+
+    Subclasses set ``n_samples`` (N), ``n_params`` (P) and implement
+    :meth:`per_example_gradients`, :meth:`log_likelihood_and_grad`, :meth:`log_prior_and_grad`
+    and :meth:`predict_draws`.
+
+    Attributes
+    ----------
+    n_samples : int
+        Number of data items ``N``.
+    n_params : int
+        Length ``P`` of the parameter vector.
+    """
+
+    n_samples: int
+    n_params: int
+
+    # -- likelihood and prior ------------------------------------------------------
+    def per_example_gradients(self, theta, idx):
+        """Per-example gradients of the log likelihood for the rows ``idx``.
+
+        Parameters
+        ----------
+        theta : ndarray of shape (P,)
+        idx : ndarray of int or slice
+            Minibatch rows.
+
+        Returns
+        -------
+        PerExampleGradients
+        """
+        raise NotImplementedError
+
+    def log_likelihood_and_grad(self, theta, idx=None):
+        """Sum of the log likelihood over rows ``idx`` (all rows if None) and its gradient."""
+        raise NotImplementedError
+
+    def log_prior_and_grad(self, theta):
+        """Log prior density (up to a constant) and its gradient."""
+        raise NotImplementedError
+
+    def log_posterior_and_grad(self, theta):
+        """Full-data log posterior (up to a constant) and its gradient, shape (P,)."""
+        ll, gl = self.log_likelihood_and_grad(theta)
+        lp, gp = self.log_prior_and_grad(theta)
+        return ll + lp, gl + gp
+
+    def log_posterior(self, theta):
+        """Full-data log posterior (up to a constant)."""
+        return self.log_posterior_and_grad(theta)[0]
+
+    def grad_log_posterior(self, theta):
+        """Gradient of the full-data log posterior, shape (P,)."""
+        return self.log_posterior_and_grad(theta)[1]
+
+    def hessian_vector_product(self, theta, v, eps=None):
+        """Product of the Hessian of the negative log posterior with ``v``.
+
+        The default is a central finite difference of the gradient, accurate to
+        O(eps^2); models with a cheap exact product override it.
+        """
+        norm = np.linalg.norm(v)
+        if norm == 0:
+            return np.zeros_like(v)
+        if eps is None:
+            eps = 1e-4 * max(1.0, np.linalg.norm(theta)) / norm
+        gp = self.grad_log_posterior(theta + eps * v)
+        gm = self.grad_log_posterior(theta - eps * v)
+        return -(gp - gm) / (2 * eps)
+
+    # -- start and predictive -------------------------------------------------------
+    def initial_point(self):
+        """A default starting point, shape (P,): zeros unless a model needs otherwise."""
+        return np.zeros(self.n_params)
+
+    def predict_draws(self, thetas, X):
+        """Predictive quantities for each draw in ``thetas`` (S, P) at rows ``X``."""
+        raise NotImplementedError
+
+    def without_data(self):
+        """A shallow copy holding no training data, for prediction after fit."""
+        clone = copy.copy(self)
+        for name in getattr(self, "_data_attributes", ()):
+            setattr(clone, name, None)
+        return clone

@@ -1,0 +1,195 @@
+"""Per-example gradient operators.
+
+A minibatch of ``n`` rows gives ``n`` per-example gradients ``g_i`` of the log likelihood,
+the rows of an ``n x P`` matrix ``G``. Samplers that control gradient noise need the
+noise covariance ``Sigma = N^2 / n * Cov_i[g_i]`` (CCAdL paper eq. 17, mCCAdL paper
+eq. 15) only through products and its diagonal, so a model exposes ``G`` as an operator
+and never has to form it, nor the ``P x P`` covariance.
+"""
+
+import numpy as np
+
+
+class PerExampleGradients:
+    """Operator view of the ``n x P`` per-example gradient matrix ``G`` of a minibatch.
+
+    Subclasses implement :meth:`mean`, :meth:`matvec`, :meth:`rmatvec` and
+    :meth:`sum_of_squares`; the covariance products are derived here once for all models.
+
+    Attributes
+    ----------
+    n_batch : int
+        Number of rows ``n`` in the minibatch.
+    n_params : int
+        Number of parameters ``P``.
+    """
+
+    n_batch: int
+    n_params: int
+
+    def mean(self):
+        """Mean gradient ``(1/n) sum_i g_i``, shape (P,)."""
+        raise NotImplementedError
+
+    def matvec(self, v):
+        """``G @ v``: the projection of each example's gradient on ``v``, shape (n,)."""
+        raise NotImplementedError
+
+    def rmatvec(self, u):
+        """``G.T @ u``: a weighted sum of the per-example gradients, shape (P,)."""
+        raise NotImplementedError
+
+    def sum_of_squares(self):
+        """Per-coordinate ``sum_i g_i**2``, shape (P,)."""
+        raise NotImplementedError
+
+    def covariance_diag(self):
+        """Diagonal of the empirical covariance ``V`` (CCAdL paper eq. 19), shape (P,).
+
+        Uses the unbiased ``1 / (n - 1)`` normalisation; zero for a single example.
+        """
+        n = self.n_batch
+        if n < 2:
+            return np.zeros(self.n_params)
+        g_bar = self.mean()
+        var = (self.sum_of_squares() - n * g_bar * g_bar) / (n - 1)
+        # Cancellation can leave tiny negative values where the variance is ~0.
+        return np.maximum(var, 0.0, out=var)
+
+    def covariance_matvec(self, v):
+        """``V @ v`` with ``V`` the empirical covariance of eq. 19, in O(n P).
+
+        ``V v = (G' G v - n g_bar (g_bar . v)) / (n - 1)``: two operator products,
+        no ``P x P`` matrix.
+        """
+        n = self.n_batch
+        if n < 2:
+            return np.zeros_like(v)
+        g_bar = self.mean()
+        return (self.rmatvec(self.matvec(v)) - n * g_bar * (g_bar @ v)) / (n - 1)
+
+    def trace_covariance(self):
+        """``tr(V)``, from the sum of squares."""
+        return float(self.covariance_diag().sum())
+
+    def to_dense(self):
+        """The ``n x P`` matrix ``G``; for tests and debugging only (memory O(n P))."""
+        eye = np.eye(self.n_batch)
+        return np.stack([self.rmatvec(eye[i]) for i in range(self.n_batch)])
+
+
+class LinearPerExampleGradients(PerExampleGradients):
+    """Per-example gradients of a generalised linear model.
+
+    Example ``i`` has gradient ``g_i = [vec(x_i R_i'), R_i (intercept), e_i]``: the outer
+    product of its features ``x_i`` (D,) with its residual row ``R_i`` (K,), the residual
+    itself for the intercepts, and ``k`` extra per-example coordinates ``e_i`` (for
+    instance the log noise precision of linear regression). This covers binary logistic
+    (K = 1), softmax (K classes) and Gaussian linear regression; every product is two
+    dense (or sparse) matrix products with the minibatch, O(n D K).
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix of shape (n, D)
+        Minibatch features.
+    R : ndarray of shape (n, K)
+        Residuals, ``d log p(y_i | z_i) / d z_i`` for the linear predictor ``z_i``.
+    fit_intercept : bool
+        Whether the parameter vector has K intercepts after the ``D x K`` weights.
+    extra : ndarray of shape (n, k), optional
+        Gradients of the extra per-example coordinates.
+    """
+
+    def __init__(self, X, R, fit_intercept, extra=None):
+        self.X = X
+        self.R = R
+        self.fit_intercept = fit_intercept
+        self.extra = extra
+        n, D = X.shape
+        K = R.shape[1]
+        self.n_batch = n
+        self._n_weights = D * K
+        self._shape = (D, K)
+        self.n_params = D * K + (K if fit_intercept else 0) + (0 if extra is None else extra.shape[1])
+
+    def _parts(self, v):
+        D, K = self._shape
+        W = v[: D * K].reshape(D, K)
+        pos = D * K
+        b = e = None
+        if self.fit_intercept:
+            b = v[pos : pos + K]
+            pos += K
+        if self.extra is not None:
+            e = v[pos:]
+        return W, b, e
+
+    def _join(self, w, b, e):
+        parts = [np.asarray(w).ravel()]
+        if self.fit_intercept:
+            parts.append(b)
+        if self.extra is not None:
+            parts.append(e)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def mean(self):
+        n = self.n_batch
+        w = self.X.T @ self.R / n
+        b = self.R.mean(axis=0) if self.fit_intercept else None
+        e = self.extra.mean(axis=0) if self.extra is not None else None
+        return self._join(w, b, e)
+
+    def matvec(self, v):
+        W, b, e = self._parts(v)
+        XW = self.X @ W
+        out = np.einsum("nk,nk->n", XW, self.R) if W.shape[1] > 1 else XW[:, 0] * self.R[:, 0]
+        if b is not None:
+            out = out + self.R @ b
+        if e is not None:
+            out = out + self.extra @ e
+        return np.asarray(out).ravel()
+
+    def rmatvec(self, u):
+        w = self.X.T @ (self.R * u[:, None])
+        b = self.R.T @ u if self.fit_intercept else None
+        e = self.extra.T @ u if self.extra is not None else None
+        return self._join(w, b, e)
+
+    def sum_of_squares(self):
+        X2 = self.X.multiply(self.X) if hasattr(self.X, "multiply") else self.X * self.X
+        R2 = self.R * self.R
+        w = X2.T @ R2
+        b = R2.sum(axis=0) if self.fit_intercept else None
+        e = (self.extra * self.extra).sum(axis=0) if self.extra is not None else None
+        return self._join(w, b, e)
+
+
+class DensePerExampleGradients(PerExampleGradients):
+    """Per-example gradients held as an explicit ``n x P`` matrix.
+
+    For models with few parameters (the Normal-Gamma example, tests), where the matrix
+    is as cheap as any structured form.
+
+    Parameters
+    ----------
+    G : ndarray of shape (n, P)
+    """
+
+    def __init__(self, G):
+        self.G = G
+        self.n_batch, self.n_params = G.shape
+
+    def mean(self):
+        return self.G.mean(axis=0)
+
+    def matvec(self, v):
+        return self.G @ v
+
+    def rmatvec(self, u):
+        return self.G.T @ u
+
+    def sum_of_squares(self):
+        return np.einsum("np,np->p", self.G, self.G)
+
+    def to_dense(self):
+        return self.G

@@ -1,0 +1,394 @@
+"""Discriminative restricted Boltzmann machine (Larochelle & Bengio 2008).
+
+The non-linear classifier of the CCAdL paper (Shang et al. 2015, section 4.3) and the
+mCCAdL paper (Wei & Shang 2026, section 3.3). With ``H`` hidden units, ``D`` features and
+``C`` classes, the free energy of class ``y`` is
+
+    F_y(x) = d_y + sum_j softplus(o_jy(x)),     o_jy(x) = c_j + U_jy + W_j . x,
+
+and ``p(y | x) = exp(F_y) / sum_y* exp(F_y*)`` (the hidden units summed out exactly).
+
+Parameter layout (flat ``theta``): ``W`` (H x D) row-major, ``U`` (H x C) row-major, then
+``c`` (H) and ``d`` (C) when ``fit_intercept``; ``P = H D + H C + H + C`` (letter with
+``H = 100``: 4,326, the papers' Table 2). Prior: isotropic Gaussian of precision ``alpha``
+on every parameter.
+
+Per-example gradient of ``log p(y_i | x_i)``: with ``r_iy = [y = y_i] - p(y | x_i)`` and
+``A_ijy = r_iy sigmoid(o_jy(x_i))``, ``a_ij = sum_y A_ijy``,
+
+    dW_j = a_ij x_i,   dU_jy = A_ijy,   dc_j = a_ij,   dd_y = r_iy,
+
+so the ``n x P`` matrix of a minibatch is held as ``X`` (n, D), ``A`` (n, H, C), ``a`` (n, H)
+and ``r`` (n, C): memory O(n H C + n D), and every operator product is a contraction of
+these (:class:`DRBMPerExampleGradients`).
+
+Numerics: the ``(n, H, C)`` pre-activations are processed in blocks of rows that fit in
+cache (every elementwise pass then stays out of main memory, which halves the cost on
+letter), with ``softplus(o) = max(o, 0) + log(1 + e^-|o|)`` and
+``sigmoid(o) = e^min(o, 0) / (1 + e^-|o|)``, both stable for any ``o``; the sum over
+hidden units of ``log(1 + e^-|o|)`` is the log of a product of factors in (1, 2], taken
+over groups of at most 512 units so that it cannot overflow. Class probabilities use a
+stable log-sum-exp.
+"""
+
+import numpy as np
+
+from ._base import Model
+from ._gradients import PerExampleGradients
+
+# Elements of one (rows, H, C) block of temporaries: ~0.5 MB, small enough for L2 cache.
+_BLOCK_ELEMENTS = 2**16
+# Rows per outer block of the full-data likelihood (bounds the (rows, H) arrays it keeps).
+_OUTER_ROWS = 4096
+# 2**512 is far below the float64 limit: a product of at most this many factors in (1, 2]
+# cannot overflow.
+_PROD_GROUP = 512
+
+
+class DRBMPerExampleGradients(PerExampleGradients):
+    """Structured per-example gradients of the discriminative RBM (never the n x P matrix).
+
+    Example ``i`` has gradient ``g_i = [vec(a_i x_i'), vec(A_i), a_i, r_i]`` (see
+    :mod:`skbayes_sg.models.drbm`). Each product costs one pass over ``A`` (n, H, C) and
+    an ``(n, D) x (D, H)`` matrix product: ``matvec`` is
+    ``sum_j a_ij (W_j . x_i + c_j) + sum_jy A_ijy U_jy + r_i . d`` and ``rmatvec`` is
+    ``[(a * u)' X, u' A, u' a, u' r]``, both O(n (H C + H D)).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, D)
+        Minibatch features.
+    A : ndarray of shape (n, H, C), float64 or float32
+        ``A_ijy = r_iy sigmoid(o_jy(x_i))``, the gradients of ``U``. In float32 the
+        products with ``A`` (``matvec``, ``rmatvec``) run in single precision, about twice
+        as fast (they are bound by memory bandwidth), with relative error ~1e-6;
+        ``mean`` (from ``A_sum``) and the row sums of ``sum_of_squares`` stay double.
+    a : ndarray of shape (n, H)
+        ``a_ij = sum_y A_ijy``, the gradients of ``c`` (and of ``W`` through ``x_i``).
+    r : ndarray of shape (n, C)
+        Residuals ``[y = y_i] - p(y | x_i)``, the gradients of ``d``.
+    fit_intercept : bool
+        Whether the parameter vector holds the biases ``c`` and ``d``.
+    A_sum : ndarray of shape (H, C), optional
+        ``sum_i A_i``, when the caller already has it (saves a pass over ``A``).
+    """
+
+    def __init__(self, X, A, a, r, fit_intercept=True, A_sum=None):
+        self.X = X
+        self.A = A
+        self.a = a
+        self.r = r
+        self.fit_intercept = bool(fit_intercept)
+        n, H, C = A.shape
+        D = X.shape[1]
+        self._dims = (H, D, C)
+        self.n_batch = n
+        self.n_params = H * D + H * C + ((H + C) if fit_intercept else 0)
+        # (n, H C) view: the U-contractions become matrix-vector products (BLAS).
+        self._A2 = A.reshape(n, H * C)
+        self._A_sum = A_sum
+        self._mean = None
+
+    def _parts(self, v):
+        H, D, C = self._dims
+        W = v[: H * D].reshape(H, D)
+        pos = H * D
+        U = v[pos : pos + H * C]
+        pos += H * C
+        if self.fit_intercept:
+            return W, U, v[pos : pos + H], v[pos + H :]
+        return W, U, None, None
+
+    def _join(self, w, u, c, d):
+        out = np.empty(self.n_params)
+        H, D, C = self._dims
+        out[: H * D] = w.ravel()
+        out[H * D : H * D + H * C] = u.ravel()
+        if self.fit_intercept:
+            out[H * D + H * C : H * D + H * C + H] = c
+            out[H * D + H * C + H :] = d
+        return out
+
+    def mean(self):
+        """Mean gradient ``(1/n) sum_i g_i``, shape (P,); cached (samplers ask more than once)."""
+        if self._mean is None:
+            n = self.n_batch
+            A_sum = self._A_sum if self._A_sum is not None else self._A2.sum(axis=0)
+            self._mean = self._join(self.a.T @ self.X, A_sum, self.a.sum(axis=0), self.r.sum(axis=0))
+            self._mean /= n
+        return self._mean.copy()
+
+    def matvec(self, v):
+        """``G @ v``, shape (n,), in O(n (H C + H D))."""
+        W, U, c, d = self._parts(np.asarray(v, dtype=float))
+        Z = self.X @ W.T
+        if c is not None:
+            Z += c
+        out = np.einsum("nh,nh->n", self.a, Z)
+        # In the stored precision: a float64 U against a float32 A would copy A to float64.
+        out += self._A2 @ U.astype(self._A2.dtype, copy=False)
+        if d is not None:
+            out += self.r @ d
+        return out
+
+    def rmatvec(self, u):
+        """``G.T @ u``, shape (P,), in O(n (H C + H D))."""
+        u = np.asarray(u, dtype=float)
+        au = self.a * u[:, None]
+        c = au.sum(axis=0) if self.fit_intercept else None
+        d = u @ self.r if self.fit_intercept else None
+        return self._join(au.T @ self.X, u.astype(self._A2.dtype, copy=False) @ self._A2, c, d)
+
+    def sum_of_squares(self):
+        """Per-coordinate ``sum_i g_i**2``, shape (P,): ``(a^2)' (X^2)``, ``sum_i A_i^2``, ..."""
+        a2 = self.a * self.a
+        if self._A2.dtype == np.float64:
+            u = np.einsum("nk,nk->k", self._A2, self._A2)
+        else:
+            # Squares in the stored precision, their sum over rows in double.
+            u = np.square(self._A2).sum(axis=0, dtype=np.float64)
+        c = a2.sum(axis=0) if self.fit_intercept else None
+        d = np.einsum("ny,ny->y", self.r, self.r) if self.fit_intercept else None
+        return self._join(a2.T @ (self.X * self.X), u, c, d)
+
+
+class DRBMModel(Model):
+    """Bayesian discriminative restricted Boltzmann machine.
+
+    ``p(y | x) = exp(F_y(x)) / sum_y* exp(F_y*(x))`` with the free energy
+    ``F_y(x) = d_y + sum_j softplus(c_j + U_jy + W_j . x)`` (Larochelle & Bengio 2008; CCAdL
+    paper section 4.3, mCCAdL paper section 3.3) and an isotropic Gaussian prior
+    ``N(0, alpha^-1 I)`` on every parameter.
+
+    Parameters
+    ----------
+    X : ndarray of shape (N, D)
+        Training features (``None`` for a prediction-only copy).
+    y : ndarray of shape (N,)
+        Integer class codes ``0..C-1``.
+    n_classes : int
+        ``C``.
+    n_hidden : int, default=100
+        ``H``, the number of hidden units.
+    alpha : float, default=1.0
+        Prior precision of every parameter.
+    fit_intercept : bool, default=True
+        Whether the model has the hidden biases ``c`` and class biases ``d``.
+    init_scale : float, default=0.1
+        Standard deviation of the random starting weights: ``W`` and ``U`` are drawn
+        i.i.d. ``N(0, init_scale^2)``, ``c`` and ``d`` start at zero. Random weights break
+        the symmetry between hidden units: at ``W = U = 0`` every hidden unit has the same
+        gradient, and the gradients of ``W`` and ``c`` vanish (``sum_y r_iy = 0``), so a
+        zero start is a saddle that only injected noise can leave.
+    operator_dtype : {"float32", "float64"}, default="float32"
+        Precision in which the per-example gradients of ``U``, the ``(n, H, C)`` array,
+        are stored for the operator products of :meth:`per_example_gradients`
+        (covariance products of CCAdL / mCCAdL). The mean gradient (the force) is always
+        double precision. ``"float32"`` halves the memory and roughly halves the cost of
+        each covariance product, at a relative error ~1e-6 in the products, far below the
+        Monte Carlo error of the covariance estimate itself.
+    random_state : int, numpy Generator, SeedSequence or None, default=None
+        Seed of the random starting point returned by :meth:`initial_point` (drawn once,
+        so repeated calls agree).
+
+    Attributes
+    ----------
+    n_samples : int
+        ``N``.
+    n_params : int
+        ``P = H D + H C (+ H + C)``.
+    n_features, n_hidden, n_classes : int
+        ``D``, ``H``, ``C``.
+    """
+
+    _data_attributes = ("X", "y")
+
+    def __init__(self, X, y, *, n_classes, n_hidden=100, alpha=1.0, fit_intercept=True, init_scale=0.1,
+                 operator_dtype="float32", random_state=None):
+        self.X = X
+        self.y = None if y is None else np.asarray(y, dtype=np.intp)
+        self.n_classes = int(n_classes)
+        self.n_hidden = int(n_hidden)
+        self.n_features = int(X.shape[1])
+        self.n_samples = int(X.shape[0])
+        self.alpha = float(alpha)
+        self.fit_intercept = bool(fit_intercept)
+        self.init_scale = float(init_scale)
+        self.operator_dtype = np.dtype(operator_dtype)
+        if self.operator_dtype not in (np.float64, np.float32):
+            raise ValueError(f"operator_dtype must be 'float64' or 'float32'; got {operator_dtype!r}.")
+        H, D, C = self.n_hidden, self.n_features, self.n_classes
+        self.n_params = H * D + H * C + ((H + C) if self.fit_intercept else 0)
+        self._theta0 = self.random_point(np.random.default_rng(random_state))
+
+    # -- parameter layout ----------------------------------------------------------
+    def unpack(self, theta):
+        """Split ``theta`` (P,) or a stack (S, P) into views ``(W, U, c, d)``.
+
+        Shapes (..., H, D), (..., H, C), (..., H) and (..., C); ``c`` and ``d`` are zeros
+        without ``fit_intercept``.
+        """
+        theta = np.asarray(theta)
+        H, D, C = self.n_hidden, self.n_features, self.n_classes
+        lead = theta.shape[:-1]
+        W = theta[..., : H * D].reshape(*lead, H, D)
+        pos = H * D
+        U = theta[..., pos : pos + H * C].reshape(*lead, H, C)
+        pos += H * C
+        if self.fit_intercept:
+            c = theta[..., pos : pos + H]
+            d = theta[..., pos + H : pos + H + C]
+        else:
+            c, d = np.zeros((*lead, H)), np.zeros((*lead, C))
+        return W, U, c, d
+
+    def random_point(self, rng):
+        """A random starting point: ``W``, ``U`` i.i.d. ``N(0, init_scale^2)``, biases zero.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+
+        Returns
+        -------
+        theta : ndarray of shape (P,)
+        """
+        theta = np.zeros(self.n_params)
+        n_w = self.n_hidden * (self.n_features + self.n_classes)
+        theta[:n_w] = self.init_scale * rng.standard_normal(n_w)
+        return theta
+
+    def initial_point(self):
+        """The model's seeded random start (see ``init_scale``), shape (P,)."""
+        return self._theta0.copy()
+
+    # -- the shared kernel ---------------------------------------------------------
+    def _block_rows(self):
+        return max(1, _BLOCK_ELEMENTS // (self.n_hidden * self.n_classes))
+
+    def _free_energy_block(self, Bb, U, d, t1, t2, t3):
+        """Free energies ``F`` (k, C) of a block of rows with hidden inputs ``Bb`` (k, H).
+
+        Leaves ``min(o, 0)`` in ``t1`` and ``1 + e^-|o|`` in ``t3`` for the sigmoid.
+        """
+        np.add(Bb[:, :, None], U, out=t1)  # o_jy
+        np.maximum(t1, 0.0, out=t2)
+        np.subtract(t1, t2, out=t1)  # min(o, 0)
+        np.subtract(t1, t2, out=t3)  # -|o|
+        np.exp(t3, out=t3)
+        t3 += 1.0
+        F = np.einsum("khc->kc", t2)
+        H = t3.shape[1]
+        for g in range(0, H, _PROD_GROUP):
+            F += np.log(t3[:, g : g + _PROD_GROUP].prod(axis=1))
+        F += d
+        return F
+
+    def _batch(self, theta, X, y, A_out=None):
+        """Log likelihood terms and gradient factors of rows ``X``, ``y``.
+
+        Returns ``ll`` (n,), ``a`` (n, H), ``r`` (n, C) and ``A_sum`` (H, C); writes ``A``
+        into ``A_out`` (n, H, C) when given.
+        """
+        W, U, c, d = self.unpack(theta)
+        n = X.shape[0]
+        H, C = self.n_hidden, self.n_classes
+        B = X @ W.T
+        B += c
+        m = max(1, min(n, self._block_rows()))
+        T = np.empty((3, m, H, C))
+        ll = np.empty(n)
+        a = np.empty((n, H))
+        r = np.empty((n, C))
+        A_sum = np.zeros((H, C))
+        for s in range(0, n, m):
+            e = min(s + m, n)
+            k = e - s
+            t1, t2, t3 = T[0, :k], T[1, :k], T[2, :k]
+            F = self._free_energy_block(B[s:e], U, d, t1, t2, t3)
+            rows = np.arange(k)
+            F -= F.max(axis=1, keepdims=True)
+            prob = np.exp(F)
+            Z = prob.sum(axis=1)
+            ll[s:e] = F[rows, y[s:e]] - np.log(Z)
+            rb = r[s:e]
+            np.divide(prob, -Z[:, None], out=rb)
+            rb[rows, y[s:e]] += 1.0
+            # A = r * sigmoid(o), built in double precision while the block is in cache;
+            # only the stored copy may be single precision.
+            Ak = np.exp(t1, out=t2)
+            Ak /= t3
+            Ak *= rb[:, None, :]
+            np.einsum("khc->kh", Ak, out=a[s:e])
+            A_sum += Ak.sum(axis=0)
+            if A_out is not None:
+                A_out[s:e] = Ak
+        return ll, a, r, A_sum
+
+    def _rows(self, idx):
+        if idx is None:
+            return self.X, self.y
+        return self.X[idx], self.y[idx]
+
+    # -- likelihood and prior ------------------------------------------------------
+    def per_example_gradients(self, theta, idx):
+        """Structured per-example gradients of the rows ``idx`` (see :class:`DRBMPerExampleGradients`)."""
+        X, y = self._rows(idx)
+        A = np.empty((X.shape[0], self.n_hidden, self.n_classes), dtype=self.operator_dtype)
+        _, a, r, A_sum = self._batch(theta, X, y, A_out=A)
+        return DRBMPerExampleGradients(X, A, a, r, self.fit_intercept, A_sum=A_sum)
+
+    def log_likelihood_and_grad(self, theta, idx=None):
+        """Summed log likelihood of rows ``idx`` (all if None) and its gradient, in O(rows H C) time.
+
+        Rows are processed in blocks, so memory stays bounded on any ``N``.
+        """
+        X, y = self._rows(idx)
+        H, D, C = self.n_hidden, self.n_features, self.n_classes
+        gW, gU, gc, gd = np.zeros((H, D)), np.zeros((H, C)), np.zeros(H), np.zeros(C)
+        total = 0.0
+        for s in range(0, X.shape[0], _OUTER_ROWS):
+            Xb = X[s : s + _OUTER_ROWS]
+            ll, a, r, A_sum = self._batch(theta, Xb, y[s : s + _OUTER_ROWS])
+            total += float(ll.sum())
+            gW += a.T @ Xb
+            gU += A_sum
+            gc += a.sum(axis=0)
+            gd += r.sum(axis=0)
+        grad = np.concatenate([gW.ravel(), gU.ravel()] + ([gc, gd] if self.fit_intercept else []))
+        return total, grad
+
+    def log_prior_and_grad(self, theta):
+        """Log density of ``N(0, alpha^-1 I)`` (up to a constant) and its gradient."""
+        return -0.5 * self.alpha * float(theta @ theta), -self.alpha * theta
+
+    # -- predictive ---------------------------------------------------------------------
+    def log_proba_draws(self, thetas, X):
+        """Log class probabilities ``log p(y | x, theta_s)``, shape (S, n, C).
+
+        Computed in blocks of rows, so the memory beyond the output is O(block H C).
+        """
+        thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
+        X = np.asarray(X, dtype=float)
+        n = X.shape[0]
+        H, C = self.n_hidden, self.n_classes
+        out = np.empty((thetas.shape[0], n, C))
+        m = max(1, min(n, self._block_rows()))
+        T = np.empty((3, m, H, C))
+        for s_idx, theta in enumerate(thetas):
+            W, U, c, d = self.unpack(theta)
+            B = X @ W.T
+            B += c
+            for s in range(0, n, m):
+                e = min(s + m, n)
+                k = e - s
+                F = self._free_energy_block(B[s:e], U, d, T[0, :k], T[1, :k], T[2, :k])
+                F -= F.max(axis=1, keepdims=True)
+                F -= np.log(np.exp(F).sum(axis=1, keepdims=True))
+                out[s_idx, s:e] = F
+        return out
+
+    def predict_draws(self, thetas, X):
+        """Class probabilities under each draw, shape (S, n, C) (computed in row blocks)."""
+        out = self.log_proba_draws(thetas, X)
+        return np.exp(out, out=out)

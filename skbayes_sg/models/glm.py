@@ -1,0 +1,251 @@
+"""Generalised linear models: binary logistic, multinomial softmax, Gaussian linear regression.
+
+Parameter layout (flat ``theta``): the ``D x K`` weight matrix ``W`` row-major, then ``K``
+intercepts when ``fit_intercept``, then any extra coordinates (the log noise precision
+of linear regression). ``K = 1`` for binary logistic and linear regression.
+
+Prior: an isotropic Gaussian with precision ``alpha`` on *all* weights, the intercepts
+included, as in the papers (the intercept is not left flat: with separable data a flat
+intercept gives an improper posterior).
+"""
+
+import numpy as np
+from scipy.special import expit, log_expit, logsumexp, softmax
+
+from ._base import Model
+from ._gradients import LinearPerExampleGradients
+
+
+class _GLM(Model):
+    _data_attributes = ("X", "y")
+    _n_extra = 0
+
+    def __init__(self, X, y, *, alpha=1.0, fit_intercept=True, n_outputs=1):
+        self.X = X
+        self.y = y
+        self.alpha = float(alpha)
+        self.fit_intercept = bool(fit_intercept)
+        self.n_features = X.shape[1]
+        self.n_outputs = n_outputs
+        self.n_samples = X.shape[0]
+        K = n_outputs
+        self.n_params = self.n_features * K + (K if fit_intercept else 0) + self._n_extra
+
+    # -- parameter layout ----------------------------------------------------------
+    def unpack(self, theta):
+        """Split ``theta`` (P,) or a stack (S, P) into ``(W, b, extra)``.
+
+        ``W`` has shape (..., D, K), ``b`` (..., K) (zeros without intercept) and
+        ``extra`` (..., n_extra).
+        """
+        theta = np.asarray(theta)
+        D, K = self.n_features, self.n_outputs
+        lead = theta.shape[:-1]
+        W = theta[..., : D * K].reshape(*lead, D, K)
+        pos = D * K
+        if self.fit_intercept:
+            b = theta[..., pos : pos + K]
+            pos += K
+        else:
+            b = np.zeros((*lead, K))
+        return W, b, theta[..., pos:]
+
+    def _linear_predictor(self, theta, X):
+        W, b, _ = self.unpack(theta)
+        return X @ W + b
+
+    def _rows(self, idx):
+        if idx is None:
+            return self.X, self.y
+        return self.X[idx], self.y[idx]
+
+    # -- prior ------------------------------------------------------------------------
+    def log_prior_and_grad(self, theta):
+        n_w = self.n_params - self._n_extra
+        w = theta[:n_w]
+        grad = np.zeros_like(theta)
+        grad[:n_w] = -self.alpha * w
+        return -0.5 * self.alpha * float(w @ w), grad
+
+    # -- likelihood -------------------------------------------------------------------
+    def _residuals(self, Z, y):
+        """Log likelihood terms (n,) and ``d loglik / dZ`` (n, K) for predictor Z."""
+        raise NotImplementedError
+
+    def per_example_gradients(self, theta, idx):
+        X, y = self._rows(idx)
+        _, R = self._residuals(self._linear_predictor(theta, X), y)
+        return LinearPerExampleGradients(X, R, self.fit_intercept)
+
+    def log_likelihood_and_grad(self, theta, idx=None):
+        X, y = self._rows(idx)
+        ll, R = self._residuals(self._linear_predictor(theta, X), y)
+        grad_w = X.T @ R
+        parts = [np.asarray(grad_w).ravel()]
+        if self.fit_intercept:
+            parts.append(R.sum(axis=0))
+        return float(ll.sum()), np.concatenate(parts)
+
+
+class LogisticModel(_GLM):
+    """Bayesian binary logistic regression.
+
+    ``p(y_i = 1 | x_i, w, b) = sigmoid(x_i . w + b)`` with labels encoded as 0 / 1 and an
+    isotropic Gaussian prior ``N(0, alpha^-1 I)`` on ``w`` and ``b`` (intercept included).
+    The log likelihood ``y z - log(1 + e^z)`` is evaluated with a stable log-sigmoid.
+
+    Parameters
+    ----------
+    X : array of shape (N, D)
+    y : array of shape (N,) with values in {0, 1}
+    alpha : float, default=1.0
+        Prior precision of every weight and the intercept.
+    fit_intercept : bool, default=True
+    """
+
+    def __init__(self, X, y, *, alpha=1.0, fit_intercept=True):
+        super().__init__(X, np.asarray(y, dtype=float) if y is not None else None, alpha=alpha,
+                         fit_intercept=fit_intercept, n_outputs=1)
+
+    def _residuals(self, Z, y):
+        z = Z[:, 0]
+        # y z - log(1 + e^z) = y log s(z) + (1 - y) log s(-z), stable for any |z|.
+        ll = y * log_expit(z) + (1.0 - y) * log_expit(-z)
+        return ll, (y - expit(z))[:, None]
+
+    def predict_draws(self, thetas, X):
+        """Class probabilities per draw, shape (S, n, 2)."""
+        W, b, _ = self.unpack(thetas)
+        z = (X @ W[..., 0].T).T + b[:, :1]
+        p1 = expit(z)
+        return np.stack([1.0 - p1, p1], axis=-1)
+
+
+class SoftmaxModel(_GLM):
+    """Bayesian multinomial (softmax) logistic regression over ``K`` classes.
+
+    ``p(y_i = k | x_i) = softmax(x_i W + b)_k``, with the over-complete parametrisation of
+    one weight vector per class (identified by the prior, as in scikit-learn's
+    multinomial ``LogisticRegression``) and an isotropic Gaussian prior of precision
+    ``alpha`` on every weight and intercept. Stable log-sum-exp.
+
+    Parameters
+    ----------
+    X : array of shape (N, D)
+    y : array of shape (N,) of integer class codes 0..K-1
+    n_classes : int
+    alpha : float, default=1.0
+    fit_intercept : bool, default=True
+    """
+
+    def __init__(self, X, y, *, n_classes, alpha=1.0, fit_intercept=True):
+        super().__init__(X, None if y is None else np.asarray(y, dtype=np.intp), alpha=alpha,
+                         fit_intercept=fit_intercept, n_outputs=int(n_classes))
+
+    def _residuals(self, Z, y):
+        lse = logsumexp(Z, axis=1)
+        rows = np.arange(Z.shape[0])
+        ll = Z[rows, y] - lse
+        R = -np.exp(Z - lse[:, None])
+        R[rows, y] += 1.0
+        return ll, R
+
+    def predict_draws(self, thetas, X):
+        """Class probabilities per draw, shape (S, n, K)."""
+        W, b, _ = self.unpack(thetas)
+        Z = np.einsum("nd,sdk->snk", X, W) + b[:, None, :]
+        return softmax(Z, axis=-1)
+
+
+class LinearRegressionModel(_GLM):
+    """Bayesian linear regression with Gaussian noise.
+
+    ``y_i ~ N(x_i . w + b, 1 / tau)``, prior ``N(0, alpha^-1 I)`` on ``w`` and ``b``
+    (intercept included). With ``noise_precision`` a float, ``tau`` is held fixed. With
+    ``noise_precision=None`` the last coordinate of ``theta`` is ``s = log tau``, with
+    ``tau ~ Gamma(noise_prior_shape, noise_prior_rate)``; the change of variables adds the
+    Jacobian ``log |d tau / d s| = s``, so the prior on ``s`` is
+    ``a s - b e^s`` (up to a constant).
+
+    Parameters
+    ----------
+    X : array of shape (N, D)
+    y : array of shape (N,)
+    alpha : float, default=1.0
+    fit_intercept : bool, default=True
+    noise_precision : float or None, default=None
+    noise_prior_shape, noise_prior_rate : float, default=1e-6
+        Gamma prior on ``tau`` (shape, rate), as ``BayesianRidge``'s ``alpha_1, alpha_2``.
+    """
+
+    def __init__(self, X, y, *, alpha=1.0, fit_intercept=True, noise_precision=None,
+                 noise_prior_shape=1e-6, noise_prior_rate=1e-6):
+        self.noise_precision = None if noise_precision is None else float(noise_precision)
+        self.noise_prior_shape = float(noise_prior_shape)
+        self.noise_prior_rate = float(noise_prior_rate)
+        self._n_extra = 0 if noise_precision is not None else 1
+        super().__init__(X, None if y is None else np.asarray(y, dtype=float), alpha=alpha,
+                         fit_intercept=fit_intercept, n_outputs=1)
+
+    @property
+    def samples_noise_precision(self):
+        """Whether ``theta`` carries ``log tau`` as its last coordinate."""
+        return self.noise_precision is None
+
+    def tau(self, theta):
+        """Noise precision of ``theta`` (P,) or of each draw in a stack (S, P)."""
+        if self.noise_precision is not None:
+            theta = np.asarray(theta)
+            return np.full(theta.shape[:-1], self.noise_precision) if theta.ndim > 1 else self.noise_precision
+        return np.exp(np.asarray(theta)[..., -1])
+
+    def log_prior_and_grad(self, theta):
+        lp, grad = super().log_prior_and_grad(theta)
+        if self.noise_precision is None:
+            s = theta[-1]
+            a, b = self.noise_prior_shape, self.noise_prior_rate
+            lp += a * s - b * np.exp(s)
+            grad[-1] = a - b * np.exp(s)
+        return lp, grad
+
+    def _terms(self, theta, idx):
+        X, y = self._rows(idx)
+        tau = self.tau(theta)
+        r = y - self._linear_predictor(theta, X)[:, 0]
+        return X, r, tau
+
+    def per_example_gradients(self, theta, idx):
+        X, r, tau = self._terms(theta, idx)
+        extra = None
+        if self.noise_precision is None:
+            # d/ds [s/2 - e^s r^2 / 2]
+            extra = (0.5 - 0.5 * tau * r * r)[:, None]
+        return LinearPerExampleGradients(X, (tau * r)[:, None], self.fit_intercept, extra)
+
+    def log_likelihood_and_grad(self, theta, idx=None):
+        X, r, tau = self._terms(theta, idx)
+        n = X.shape[0]
+        rr = float(r @ r)
+        ll = 0.5 * n * np.log(tau) - 0.5 * n * np.log(2 * np.pi) - 0.5 * tau * rr
+        parts = [np.asarray(X.T @ (tau * r)).ravel()]
+        if self.fit_intercept:
+            parts.append(np.array([tau * r.sum()]))
+        if self.noise_precision is None:
+            parts.append(np.array([0.5 * n - 0.5 * tau * rr]))
+        return float(ll), np.concatenate(parts)
+
+    def hessian_vector_product(self, theta, v, eps=None):
+        if self.noise_precision is None:
+            return super().hessian_vector_product(theta, v, eps)
+        # Exact for fixed tau: H = tau X'X + alpha I on the (w, b) block.
+        W, b, _ = self.unpack(v)
+        Xv = self.X @ W[:, 0] + b[0]
+        out = [np.asarray(self.tau(theta) * (self.X.T @ Xv)).ravel()]
+        if self.fit_intercept:
+            out.append(np.array([self.tau(theta) * Xv.sum()]))
+        return np.concatenate(out) + self.alpha * v
+
+    def predict_draws(self, thetas, X):
+        """Predictive means per draw, shape (S, n)."""
+        W, b, _ = self.unpack(thetas)
+        return (X @ W[..., 0].T).T + b[:, :1]
