@@ -1,0 +1,91 @@
+"""Base class of the samplers: hyperparameters only, one transition of one chain."""
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator
+
+from ._state import SamplerState
+from ._step_size import largest_curvature
+
+
+class BaseSampler(BaseEstimator):
+    """A Markov transition for one chain; holds hyperparameters and nothing else.
+
+    Being a scikit-learn ``BaseEstimator`` gives ``get_params`` / ``set_params`` and
+    ``clone``, so ``GridSearchCV`` can tune ``sampler__step_size``. A sampler never
+    touches the data: it sees a *target* (:class:`skbayes_sg.minibatch.MinibatchGradient`)
+    that returns noisy forces, per-example gradients and, for the exact samplers, the
+    full-data log posterior.
+
+    Subclasses implement :meth:`init_state` and :meth:`step` and may set
+
+    - ``_step_size_order``: 1 if the stable ``h`` scales as ``1 / lambda_max`` (SGLD),
+      2 if as ``1 / sqrt(lambda_max)`` (momentum methods);
+    - ``_auto_step_constant``: the ``c`` of ``step_size="auto"``;
+    - ``_stat_names``: per-draw statistics recorded by :meth:`sample_stats`;
+    - ``requires_full_data``: True for Metropolis-adjusted samplers.
+    """
+
+    _step_size_order = 2
+    _auto_step_constant = 0.1
+    _stat_names = ()
+    requires_full_data = False
+
+    # -- hyperparameters ------------------------------------------------------------
+    def _check_positive(self, name, allow_auto=False, allow_none=False):
+        value = getattr(self, name)
+        if allow_auto and isinstance(value, str) and value == "auto":
+            return
+        if allow_none and value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
+            extra = ' or "auto"' if allow_auto else ""
+            raise ValueError(
+                f"{type(self).__name__}: {name} must be a positive finite number{extra}; got {value!r}."
+            )
+
+    def validate(self):
+        """Check the hyperparameters; raise ``ValueError`` naming the bad one."""
+        if hasattr(self, "step_size"):
+            self._check_positive("step_size", allow_auto=True)
+        if hasattr(self, "temperature"):
+            self._check_positive("temperature")
+        if hasattr(self, "friction"):
+            self._check_positive("friction")
+        if hasattr(self, "thermal_mass"):
+            self._check_positive("thermal_mass", allow_none=True)
+
+    # -- step size --------------------------------------------------------------------
+    def resolve_step_size(self, model, theta0):
+        """The step size ``h`` to use from ``theta0``: the explicit float, or the auto rule.
+
+        Returns
+        -------
+        step_size : float
+        info : dict
+            ``{"lambda_max": ...}`` when the auto rule ran, else empty.
+        """
+        if not (isinstance(self.step_size, str) and self.step_size == "auto"):
+            return float(self.step_size), {}
+        lam = largest_curvature(model, np.asarray(theta0, dtype=float))
+        c = self._auto_step_constant
+        h = c / lam if self._step_size_order == 1 else c / np.sqrt(lam)
+        return float(h), {"lambda_max": lam}
+
+    # -- transition ---------------------------------------------------------------------
+    def init_state(self, theta0, target, rng, step_size):
+        """Initial state of a chain started at ``theta0`` with step size ``step_size``."""
+        return SamplerState(theta=np.array(theta0, dtype=float), step_size=float(step_size))
+
+    def step(self, state, target, rng):
+        """Advance ``state`` by one iteration (may update its arrays in place)."""
+        raise NotImplementedError
+
+    def sample_stats(self, state):
+        """Per-draw statistics, a tuple aligned with ``_stat_names``."""
+        return ()
+
+    def chain_summary(self, state):
+        """Chain-level diagnostics after the run (counters kept in ``state.extra``)."""
+        return {}

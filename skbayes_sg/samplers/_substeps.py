@@ -1,0 +1,69 @@
+"""Sub-steps of the Langevin family, named as in the mCCAdL paper (Wei & Shang 2026, eq. 23).
+
+The CCAdL / mCCAdL system splits into
+
+- A: ``d theta = M^-1 p dt``                              (position drift)
+- B: ``d p = F~(theta) dt``                               (force kick, noisy force F~)
+- C: ``d p = -(h/2) beta Sigma(theta) p dt``              (covariance control; in mccadl)
+- O: ``d p = -xi p dt + sqrt(2 A beta^-1) M^(1/2) dW_A``   (friction and noise)
+- D: ``d xi = mu^-1 [p' M^-1 p - N_d k_B T] dt``          (thermostat)
+
+A scheme is a composition of these. With ``M = I`` throughout (as in both papers'
+experiments), ``k_B T = 1 / beta = temperature``. The first-order schemes of the SGHMC,
+SGNHT and CCAdL papers use the Euler-Maruyama form of O (:func:`ou_euler`); the
+symmetric splittings use its exact solution (:func:`ou_exact`). All functions update
+their array arguments in place and return them.
+"""
+
+import numpy as np
+
+
+def drift(theta, p, delta):
+    """A: ``theta <- theta + delta p``."""
+    theta += delta * p
+    return theta
+
+
+def kick(p, force, delta):
+    """B: ``p <- p + delta F~(theta)``."""
+    p += delta * force
+    return p
+
+
+def ou_exact(p, friction, diffusion, delta, rng):
+    """O, solved exactly: ``dp = -friction p dt + sqrt(2 diffusion) dW`` over ``delta``.
+
+    ``p <- e^(-friction delta) p + sqrt(diffusion (1 - e^(-2 friction delta)) / friction) R``
+    with ``R ~ N(0, I)`` (mCCAdL paper Algorithm 1, lines 6-10, where
+    ``diffusion = A / beta``); for ``friction = 0`` the limit
+    ``p <- p + sqrt(2 diffusion delta) R``. ``friction`` may be negative (a thermostat
+    below its target); the formula stays valid.
+    """
+    noise = rng.standard_normal(p.shape)
+    if friction == 0.0:
+        p += np.sqrt(2.0 * diffusion * delta) * noise
+        return p
+    decay = np.exp(-friction * delta)
+    # expm1 keeps (1 - e^(-2 x)) / x accurate for small x.
+    var = diffusion * -np.expm1(-2.0 * friction * delta) / friction
+    p *= decay
+    p += np.sqrt(var) * noise
+    return p
+
+
+def ou_euler(p, friction, diffusion, delta, rng):
+    """O, one Euler-Maruyama step: ``p <- p - delta friction p + sqrt(2 diffusion delta) R``.
+
+    The friction and noise of the first-order schemes: SGHMC (CCAdL paper eq. 14) and
+    SGNHT / CCAdL (CCAdL paper Algorithm 1, line 6). ``diffusion`` may be a vector (the
+    per-coordinate ``A T - B^`` of SGHMC with a noise estimate).
+    """
+    noise = rng.standard_normal(p.shape)
+    p *= 1.0 - delta * friction
+    p += np.sqrt(2.0 * diffusion * delta) * noise
+    return p
+
+
+def thermostat(xi, p, delta, thermal_mass, temperature):
+    """D: ``xi <- xi + delta mu^-1 (p'p - N_d T)``, returned (``xi`` is a scalar)."""
+    return xi + delta * (float(p @ p) - p.size * temperature) / thermal_mass

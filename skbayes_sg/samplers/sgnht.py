@@ -1,0 +1,66 @@
+"""Stochastic gradient Nose-Hoover thermostat (Ding et al. 2014)."""
+
+import numpy as np
+
+from ._base import BaseSampler
+from ._substeps import drift, kick, ou_euler, thermostat
+
+
+class SGNHT(BaseSampler):
+    """Stochastic gradient Nose-Hoover thermostat (adaptive Langevin).
+
+    The Ding et al. dynamics in the form of the CCAdL paper (Shang et al. 2015, eq. 8),
+    discretised as its Algorithm 1 without the covariance term (``M = I``):
+
+    ``theta <- theta + h p``
+    ``p <- p - h grad U~(theta) - h xi p + sqrt(2 A T h) N(0, I)``
+    ``xi <- xi + (h / mu) (p'p - N_d T)``
+
+    The thermostat ``xi`` rises when the kinetic temperature ``p'p / N_d`` exceeds ``T``
+    and falls below it, absorbing gradient noise of *constant* covariance
+    ``Sigma = sigma^2 I``: by Proposition 1 of the CCAdL paper, ``xi`` settles at
+    ``A + beta h sigma^2 / 2``. With parameter-dependent noise this no longer holds
+    exactly; CCAdL and mCCAdL correct it.
+
+    Parameters
+    ----------
+    step_size : float or "auto", default="auto"
+        ``h``; ``"auto"`` sets ``h = 0.1 / sqrt(lambda_max)`` (see :class:`SGHMC`).
+    friction : float, default=1.0
+        ``A``, the effective friction: strength of the injected noise, and the value at
+        which ``xi`` starts.
+    thermal_mass : float or None, default=None
+        ``mu``, the thermostat's inertia; ``None`` uses ``N_d``, the number of parameters,
+        as the CCAdL paper does (then the update reads ``xi += h (p'p / N_d - T)``).
+    temperature : float, default=1.0
+        ``T = 1 / beta``.
+    """
+
+    _stat_names = ("xi", "kinetic_temperature")
+
+    def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, temperature=1.0):
+        self.step_size = step_size
+        self.friction = friction
+        self.thermal_mass = thermal_mass
+        self.temperature = temperature
+
+    def _mu(self, n_params):
+        return float(n_params) if self.thermal_mass is None else float(self.thermal_mass)
+
+    def init_state(self, theta0, target, rng, step_size):
+        state = super().init_state(theta0, target, rng, step_size)
+        state.p = np.sqrt(self.temperature) * rng.standard_normal(state.theta.shape)
+        state.xi = float(self.friction)
+        return state
+
+    def step(self, state, target, rng):
+        h, A, T = state.step_size, self.friction, self.temperature
+        drift(state.theta, state.p, h)
+        force, _ = target.gradient(state.theta, rng)
+        ou_euler(state.p, state.xi, A * T, h, rng)
+        kick(state.p, force, h)
+        state.xi = thermostat(state.xi, state.p, h, self._mu(state.p.size), T)
+        return state
+
+    def sample_stats(self, state):
+        return (state.xi, float(state.p @ state.p) / state.p.size)
