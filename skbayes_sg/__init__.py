@@ -1,0 +1,12 @@
+"""skbayes_sg: scikit-learn estimators with posteriors sampled by stochastic-gradient MCMC.
+
+>>> from skbayes_sg import SGBayesLogisticRegression
+>>> from skbayes_sg.samplers import SGHMC
+"""
+
+from .exceptions import DivergenceError
+from .linear_model import SGBayesLinearRegression, SGBayesLogisticRegression
+
+__version__ = "0.1.0"
+
+__all__ = ["SGBayesLogisticRegression", "SGBayesLinearRegression", "DivergenceError", "__version__"]

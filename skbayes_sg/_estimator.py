@@ -1,0 +1,269 @@
+"""The estimator layer shared by every skbayes_sg estimator.
+
+Validates input, builds the model, starts and runs the chains (``_chains``), keeps the
+draws and computes diagnostics. Subclasses say which model to build and how to turn
+draws into fitted attributes and predictions.
+"""
+
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from scipy.optimize import minimize
+from sklearn.base import BaseEstimator
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from . import diagnostics
+from ._chains import draw_schedule, run_chains
+from .minibatch import BATCH_SCHEMES
+from .samplers import get_sampler
+
+#: Rows per minibatch with ``batch_size="auto"`` (as MLPClassifier's ``min(200, N)``).
+AUTO_BATCH_SIZE = 200
+
+# Upper bound on the floats one predictive chunk allocates (draws x rows x outputs).
+_PREDICT_CHUNK = 2**22
+
+
+class BaseSGBayes(BaseEstimator):
+    """Common parameters, fit loop and diagnostics of the skbayes_sg estimators."""
+
+    _parameter_constraints = {
+        "sampler": [str, HasMethods(["init_state", "step"])],
+        "n_iter": [Interval(Integral, 1, None, closed="left")],
+        "burn_in": [Interval(Real, 0, 1, closed="left"), Interval(Integral, 0, None, closed="left")],
+        "thin": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
+        "batch_scheme": [StrOptions(set(BATCH_SCHEMES))],
+        "n_chains": [Interval(Integral, 1, None, closed="left")],
+        "n_jobs": [Integral, None],
+        "random_state": ["random_state"],
+        "init": [StrOptions({"map", "zeros"}), "array-like"],
+        "alpha": [Interval(Real, 0, None, closed="neither")],
+        "fit_intercept": ["boolean"],
+        "warm_start": ["boolean"],
+        "max_draws": [Interval(Integral, 1, None, closed="left"), None],
+        "verbose": ["verbose"],
+    }
+
+    # -- hooks for subclasses ------------------------------------------------------------
+    def _build_model(self, X, y):
+        raise NotImplementedError
+
+    def _set_posterior_attributes(self, model):
+        raise NotImplementedError
+
+    # -- the fit loop --------------------------------------------------------------------
+    def _n_burn(self):
+        if isinstance(self.burn_in, Integral) and not isinstance(self.burn_in, bool) and self.burn_in >= 1:
+            n_burn = int(self.burn_in)
+        else:
+            n_burn = int(round(float(self.burn_in) * self.n_iter))
+        if n_burn >= self.n_iter:
+            raise ValueError(
+                f"burn_in={self.burn_in!r} discards {n_burn} of n_iter={self.n_iter} iterations, leaving no "
+                "draws; burn_in must be below n_iter (or a fraction in [0, 1))."
+            )
+        return n_burn
+
+    def _batch_size(self, sampler, n_samples):
+        if sampler.requires_full_data:
+            if self.batch_size not in (None, "auto"):
+                raise ValueError(
+                    f"{type(sampler).__name__} is a Metropolis-adjusted sampler and needs the full-data "
+                    f"log posterior; got batch_size={self.batch_size!r}. Use batch_size=None."
+                )
+            return None
+        if self.batch_size is None:
+            return None
+        if self.batch_size == "auto":
+            return min(AUTO_BATCH_SIZE, n_samples)
+        if self.batch_size > n_samples:
+            warnings.warn(
+                f"batch_size={self.batch_size} is larger than the number of samples ({n_samples}); "
+                f"it is clipped to {n_samples} (full-data gradients, no minibatch noise).",
+                UserWarning,
+            )
+            return n_samples
+        return int(self.batch_size)
+
+    def _initial_points(self, model):
+        P = model.n_params
+        if isinstance(self.init, str) and self.init == "zeros":
+            return np.tile(model.initial_point(), (self.n_chains, 1))
+        if isinstance(self.init, str) and self.init == "map":
+            return np.tile(_map_estimate(model), (self.n_chains, 1))
+        init = np.asarray(self.init, dtype=float)
+        if init.shape == (P,):
+            init = np.tile(init, (self.n_chains, 1))
+        if init.shape != (self.n_chains, P):
+            raise ValueError(
+                f"init array has shape {init.shape}; expected ({P},) for one start shared by all chains or "
+                f"({self.n_chains}, {P}) for one start per chain (P = {P} parameters for this model)."
+            )
+        if not np.isfinite(init).all():
+            raise ValueError("init contains NaN or infinity; give finite starting values.")
+        return init
+
+    def _seeds(self, fit_round):
+        rs = self.random_state
+        entropy = rs if isinstance(rs, Integral) else check_random_state(rs).randint(2**31 - 1)
+        # A continuation (warm_start) gets fresh streams, not a replay of the first fit's.
+        return np.random.SeedSequence([int(entropy), int(fit_round)]).spawn(self.n_chains)
+
+    def _fit(self, X, y):
+        """Run the chains on validated ``X``, encoded ``y``; set the fitted attributes."""
+        sampler = get_sampler(self.sampler)
+        model = self._build_model(X, y)
+        batch_size = self._batch_size(sampler, model.n_samples)
+        if getattr(sampler, "is_multilevel", False):
+            return self._fit_multilevel(sampler, model, batch_size)
+        resume = self.warm_start and hasattr(self, "_chain_states") and self._can_resume(sampler, model)
+        if resume:
+            n_burn, starts, step_size, info = 0, self._chain_states, None, {}
+            fit_round = self._fit_round + 1
+        else:
+            n_burn = self._n_burn()
+            starts = self._initial_points(model)
+            step_size, info = sampler.resolve_step_size(model, starts[0])
+            fit_round = 0
+
+        eff_thin, _ = draw_schedule(self.n_iter, n_burn, self.thin, self.max_draws)
+        results = run_chains(
+            sampler, model, list(starts), self.n_iter, n_burn, self.thin, self.max_draws, batch_size,
+            self.batch_scheme, self._seeds(fit_round), step_size=step_size, n_jobs=self.n_jobs,
+        )
+        draws = np.stack([r.draws for r in results])
+        stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
+        if resume:
+            draws = np.concatenate([self.samples_, draws], axis=1)
+            stats = {k: np.concatenate([self.sample_stats_[k], v], axis=1) for k, v in stats.items()}
+            if self.max_draws is not None and draws.shape[1] > self.max_draws:
+                # Keep memory bounded on long continued runs: thin the whole record evenly.
+                keep = np.linspace(0, draws.shape[1] - 1, self.max_draws).round().astype(int)
+                draws = draws[:, keep]
+                stats = {k: v[:, keep] for k, v in stats.items()}
+            n_grad = self.diagnostics_["n_grad_evals"] + sum(r.n_grad_evals for r in results)
+            info = {k: self.diagnostics_[k] for k in ("lambda_max",) if k in self.diagnostics_}
+            self.n_iter_ += self.n_iter
+        else:
+            n_grad = sum(r.n_grad_evals for r in results)
+            self.n_iter_ = self.n_iter
+
+        self._chain_states = [r.state for r in results]
+        self._fit_round = fit_round
+        self._sampler = sampler
+        self.samples_ = draws
+        self.sample_stats_ = stats
+        self.sample_weight_ = None
+        self._model = model.without_data()
+        self.diagnostics_ = self._diagnostics(results, draws, stats, info, n_grad, batch_size, eff_thin)
+        self._set_posterior_attributes(self._model)
+        return self
+
+    def _fit_multilevel(self, sampler, model, batch_size):
+        """Fit by a multilevel estimator: signed-weight draws instead of chains.
+
+        The sampler's ``run(model, theta0, seed, n_jobs, batch_size)`` returns
+        ``(draws (n_draws, P), weights (n_draws,), diagnostics dict)`` such that
+        ``sum_s weights[s] f(draws[s])`` estimates the posterior expectation of ``f``.
+        """
+        theta0 = self._initial_points(model)[0]
+        draws, weights, diag = sampler.run(model, theta0, self._seeds(0)[0], self.n_jobs, batch_size)
+        self._chain_states = None
+        self._fit_round = 0
+        self._sampler = sampler
+        self.samples_ = np.asarray(draws)[None]
+        self.sample_weight_ = np.asarray(weights, dtype=float)[None]
+        self.sample_stats_ = {}
+        self.n_iter_ = int(diag.get("n_iter", 0))
+        self._model = model.without_data()
+        self.diagnostics_ = dict(diag)
+        self._set_posterior_attributes(self._model)
+        return self
+
+    def _can_resume(self, sampler, model):
+        if getattr(sampler, "is_multilevel", False) or self._chain_states is None:
+            return False
+        prev = getattr(self, "_sampler", None)
+        return (
+            prev is not None
+            and type(prev) is type(sampler)
+            and self.samples_.shape[2] == model.n_params
+            and len(self._chain_states) == self.n_chains
+        )
+
+    def _diagnostics(self, results, draws, stats, info, n_grad, batch_size, eff_thin):
+        summary = diagnostics.summarize(draws)
+        diag = {
+            "step_size": results[0].state.step_size,
+            **info,
+            "batch_size": batch_size,
+            "thin": eff_thin,
+            "n_grad_evals": int(n_grad),
+            "ess": summary["ess_bulk"],
+            "rhat": summary["rhat"],
+            "mcse_mean": summary["mcse_mean"],
+        }
+        for name, values in stats.items():
+            diag[f"mean_{name}"] = float(values.mean()) if values.size else float("nan")
+        for key in results[0].summary:
+            vals = [r.summary[key] for r in results]
+            diag[key] = sum(vals) if isinstance(vals[0], Integral) else float(np.mean(vals))
+        if diag.get("noise_clipped", 0) > 0:
+            warnings.warn(
+                f"{type(self._sampler).__name__}: the noise estimate exceeded the friction on "
+                f"{diag['noise_clipped']} coordinate-iterations and was clipped, so the chains run hotter "
+                "than the posterior. Increase `friction` or decrease `step_size`.",
+                UserWarning,
+            )
+        return diag
+
+    # -- draws ---------------------------------------------------------------------------
+    def _flat_samples(self):
+        check_is_fitted(self, "samples_")
+        return self.samples_.reshape(-1, self.samples_.shape[-1])
+
+    def _flat_weights(self):
+        """Weights of the stacked draws summing to 1: equal, or the signed multilevel ones."""
+        S = self._flat_samples().shape[0]
+        if self.sample_weight_ is None:
+            return np.full(S, 1.0 / S)
+        return self.sample_weight_.reshape(-1)
+
+    def _posterior_mean(self, values):
+        """Weighted mean over the first axis (draws) of per-draw ``values``."""
+        return np.tensordot(self._flat_weights(), values, axes=1)
+
+    def _draw_chunks(self, n_rows, n_outputs):
+        """Slices over the stacked draws such that one chunk's predictive stays bounded."""
+        S = self._flat_samples().shape[0]
+        size = max(1, _PREDICT_CHUNK // max(1, n_rows * n_outputs))
+        return [slice(i, min(i + size, S)) for i in range(0, S, size)]
+
+
+def _map_estimate(model):
+    """Maximum a posteriori point by full-data L-BFGS (scipy), from the model's default start."""
+
+    def objective(theta):
+        lp, grad = model.log_posterior_and_grad(theta)
+        if not np.isfinite(lp):
+            return np.inf, np.zeros_like(theta)
+        return -lp, -grad
+
+    res = minimize(objective, model.initial_point(), jac=True, method="L-BFGS-B",
+                   options={"maxiter": 500})
+    if not np.all(np.isfinite(res.x)):
+        raise ValueError("init='map': the optimiser did not find a finite maximum a posteriori point; "
+                         "use init='zeros' or standardise the features.")
+    return res.x
+
+
+def epoch_permutation(random_state, n):
+    """The once-per-fit row order of ``batch_scheme="epochs"``, reproducible from ``random_state``."""
+    if isinstance(random_state, Integral):
+        # A stream of its own, apart from the chains' SeedSequence children.
+        return np.random.default_rng([int(random_state), 2**31]).permutation(n)
+    return check_random_state(random_state).permutation(n)

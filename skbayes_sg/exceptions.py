@@ -1,0 +1,32 @@
+"""Exceptions and warnings of skbayes_sg."""
+
+
+class DivergenceError(RuntimeError):
+    """A chain's state became non-finite.
+
+    Raised instead of returning draws (and so NaN predictions). The message names the
+    sampler, the step size and the iteration, and suggests a fix.
+
+    Attributes
+    ----------
+    sampler : str
+        Class name of the sampler.
+    step_size : float
+        The step size ``h`` in use.
+    iteration : int
+        The (1-based) iteration at which the non-finite state was found.
+    """
+
+    def __init__(self, message, *, sampler=None, step_size=None, iteration=None):
+        super().__init__(message)
+        self.sampler = sampler
+        self.step_size = step_size
+        self.iteration = iteration
+
+    def __reduce__(self):
+        # Keep the keyword attributes when the error crosses a joblib process boundary.
+        return (_rebuild, (self.args[0], self.sampler, self.step_size, self.iteration))
+
+
+def _rebuild(message, sampler, step_size, iteration):
+    return DivergenceError(message, sampler=sampler, step_size=step_size, iteration=iteration)

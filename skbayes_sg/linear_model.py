@@ -1,0 +1,335 @@
+"""Bayesian linear models sampled by stochastic-gradient MCMC."""
+
+from numbers import Real
+
+import numpy as np
+from sklearn.base import RegressorMixin, _fit_context
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._classifier import BaseSGBayesClassifier
+from ._estimator import BaseSGBayes, epoch_permutation
+from .models import LinearRegressionModel, LogisticModel, SoftmaxModel
+
+_COMMON_DOC = """
+    sampler : str or sampler instance, default="sgnht"
+        The MCMC transition: a name (``"sgld"``, ``"sghmc"``, ``"sgnht"``, ...: the
+        lower-case class names of :mod:`skbayes_sg.samplers`) or an instance such as
+        ``SGHMC(step_size=1e-3, friction=10)``, whose hyperparameters can be tuned as
+        ``sampler__step_size`` in ``GridSearchCV``.
+    n_iter : int, default=2000
+        Sampler iterations per chain, burn-in included.
+    burn_in : float in [0, 1) or int, default=0.2
+        Iterations discarded at the start of each chain: a fraction of ``n_iter`` or a
+        count (which must be below ``n_iter``).
+    thin : int, default=1
+        Keep every ``thin``-th iteration after burn-in.
+    batch_size : int, "auto" or None, default="auto"
+        Minibatch size ``n``. ``"auto"`` uses ``min(200, n_samples)``; ``None`` uses the full
+        data (exact gradients). A value larger than the data is clipped to it with a
+        warning, as ``MLPClassifier`` does.
+    batch_scheme : {"replacement", "epochs"}, default="replacement"
+        How minibatches are drawn: uniformly with replacement as in the papers, or as
+        contiguous blocks of a once-shuffled copy of the data visited in random order each
+        epoch (faster on large data: slices need no gather). See
+        :class:`skbayes_sg.minibatch.MinibatchGradient`.
+    n_chains : int, default=4
+        Independent chains; R-hat needs at least 2.
+    n_jobs : int or None, default=None
+        Chains run in parallel with joblib. Draws do not depend on ``n_jobs``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the chains (each gets a child of one ``numpy.random.SeedSequence``): the same
+        value gives bit-identical draws whatever ``n_jobs``.
+    init : {"map", "zeros"} or array-like, default="map"
+        Starting point of every chain: the maximum a posteriori point (full-data L-BFGS),
+        zeros, or an array of shape ``(n_params,)`` or ``(n_chains, n_params)``.
+    alpha : float, default=1.0
+        Precision of the isotropic Gaussian prior on every weight, intercept included.
+    fit_intercept : bool, default=True
+        Whether to add intercepts (with the same Gaussian prior as the weights).
+    warm_start : bool, default=False
+        When True, a second ``fit`` continues every chain from its last state (sampler
+        state, step size and thermostat included) for ``n_iter`` more iterations with no
+        burn-in, and appends the new draws.
+    max_draws : int or None, default=1000
+        At most this many draws are stored per chain: thinning is raised above ``thin``
+        when needed, so memory stays at ``n_chains * max_draws * n_params`` floats however
+        long the run. ``None`` stores every kept draw.
+    verbose : int, default=0
+        Progress output of the parallel chains (joblib's verbosity)."""
+
+_ATTR_DOC = """
+    samples_ : ndarray of shape (n_chains, n_draws, n_params)
+        Raw flat draws after burn-in and thinning.
+    sample_weight_ : None
+        Weights of the draws; None means equal weights.
+    sample_stats_ : dict of ndarray of shape (n_chains, n_draws)
+        Per-draw sampler statistics (thermostat ``xi``, kinetic temperature...).
+    n_iter_ : int
+        Iterations run per chain (accumulated over ``warm_start`` continuations).
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Defined only when X has feature names that are all strings.
+    diagnostics_ : dict
+        ``step_size`` (the ``h`` used; with ``"auto"`` also ``lambda_max``), ``ess`` and
+        ``rhat`` per parameter (bulk ESS, rank-normalised split R-hat), ``mcse_mean``,
+        ``n_grad_evals`` (per-example gradient evaluations, the papers' cost unit),
+        ``batch_size``, ``thin`` and sampler-specific entries."""
+
+
+class SGBayesLogisticRegression(BaseSGBayesClassifier):
+    __doc__ = f"""Bayesian logistic regression sampled by stochastic-gradient MCMC.
+
+    Binary labels (any two values) use the logistic likelihood; more than two classes the
+    multinomial softmax likelihood. Every weight and intercept has an isotropic Gaussian
+    prior of precision ``alpha``. ``predict_proba`` is the posterior predictive: the
+    average over draws of each draw's class probabilities.
+
+    Parameters
+    ----------{_COMMON_DOC}
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+        Posterior mean of the weights.
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+        Posterior mean of the intercepts (zeros without ``fit_intercept``).
+    coef_samples_ : ndarray of shape (n_draws_total, *coef_.shape)
+        Draws of all chains stacked.
+    intercept_samples_ : ndarray of shape (n_draws_total, *intercept_.shape){_ATTR_DOC}
+
+    See Also
+    --------
+    sklearn.linear_model.LogisticRegression : the maximum a posteriori (L2) point estimate.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from skbayes_sg import SGBayesLogisticRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> clf = make_pipeline(StandardScaler(), SGBayesLogisticRegression(random_state=0)).fit(X, y)
+    >>> clf.predict_proba(X[:2]).shape
+    (2, 2)
+    """
+
+    def __init__(self, *, sampler="sgnht", n_iter=2000, burn_in=0.2, thin=1, batch_size="auto",
+                 batch_scheme="replacement", n_chains=4, n_jobs=None, random_state=None, init="map",
+                 alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0):
+        self.sampler = sampler
+        self.n_iter = n_iter
+        self.burn_in = burn_in
+        self.thin = thin
+        self.batch_size = batch_size
+        self.batch_scheme = batch_scheme
+        self.n_chains = n_chains
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+        self.init = init
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.warm_start = warm_start
+        self.max_draws = max_draws
+        self.verbose = verbose
+
+    def _build_model(self, X, y):
+        if self.classes_.size == 2:
+            return LogisticModel(X, y, alpha=self.alpha, fit_intercept=self.fit_intercept)
+        return SoftmaxModel(X, y, n_classes=self.classes_.size, alpha=self.alpha,
+                            fit_intercept=self.fit_intercept)
+
+    def _set_posterior_attributes(self, model):
+        self.coef_ = self._posterior_mean(self.coef_samples_)
+        self.intercept_ = self._posterior_mean(self.intercept_samples_)
+
+    # Views of samples_, not copies: memory and pickles stay at one copy of the draws.
+    @property
+    def coef_samples_(self):
+        """Weight draws of all chains stacked, shape (n_draws_total, *coef_.shape)."""
+        W, _, _ = self._model.unpack(self._flat_samples())
+        return np.swapaxes(W, 1, 2)
+
+    @property
+    def intercept_samples_(self):
+        """Intercept draws of all chains stacked, shape (n_draws_total, *intercept_.shape)."""
+        _, b, _ = self._model.unpack(self._flat_samples())
+        return b
+
+
+class SGBayesLinearRegression(RegressorMixin, BaseSGBayes):
+    __doc__ = f"""Bayesian linear regression sampled by stochastic-gradient MCMC.
+
+    ``y = X w + b + e`` with Gaussian noise ``e ~ N(0, 1 / tau)`` and an isotropic Gaussian
+    prior of precision ``alpha`` on ``w`` and ``b``. The noise precision ``tau`` is
+    sampled too (under a Gamma prior, as ``BayesianRidge``) unless held fixed.
+
+    Parameters
+    ----------{_COMMON_DOC}
+    noise_precision : float or None, default=None
+        ``None`` samples ``tau`` (as ``log tau``, with the Jacobian of that change of
+        variables); a positive float holds it fixed.
+    noise_prior_shape : float, default=1e-6
+        Shape of the Gamma prior on ``tau``.
+    noise_prior_rate : float, default=1e-6
+        Rate of the Gamma prior on ``tau``.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,)
+        Posterior mean of the weights.
+    intercept_ : float
+        Posterior mean of the intercept (0.0 without ``fit_intercept``).
+    coef_samples_ : ndarray of shape (n_draws_total, n_features)
+    intercept_samples_ : ndarray of shape (n_draws_total,)
+    noise_precision_ : float
+        Posterior mean of ``tau`` (the fixed value when held fixed).
+    noise_precision_samples_ : ndarray of shape (n_draws_total,){_ATTR_DOC}
+
+    See Also
+    --------
+    sklearn.linear_model.BayesianRidge : conjugate evidence-maximising counterpart.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_diabetes
+    >>> from sklearn.preprocessing import scale
+    >>> from skbayes_sg import SGBayesLinearRegression
+    >>> X, y = load_diabetes(return_X_y=True)
+    >>> reg = SGBayesLinearRegression(random_state=0).fit(scale(X), scale(y))
+    >>> mean, std = reg.predict(scale(X)[:3], return_std=True)
+    """
+
+    _parameter_constraints = {
+        **BaseSGBayes._parameter_constraints,
+        "noise_precision": [Interval(Real, 0, None, closed="neither"), None],
+        "noise_prior_shape": [Interval(Real, 0, None, closed="neither")],
+        "noise_prior_rate": [Interval(Real, 0, None, closed="neither")],
+    }
+
+    def __init__(self, *, sampler="sgnht", n_iter=2000, burn_in=0.2, thin=1, batch_size="auto",
+                 batch_scheme="replacement", n_chains=4, n_jobs=None, random_state=None, init="map",
+                 alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0,
+                 noise_precision=None, noise_prior_shape=1e-6, noise_prior_rate=1e-6):
+        self.sampler = sampler
+        self.n_iter = n_iter
+        self.burn_in = burn_in
+        self.thin = thin
+        self.batch_size = batch_size
+        self.batch_scheme = batch_scheme
+        self.n_chains = n_chains
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+        self.init = init
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.warm_start = warm_start
+        self.max_draws = max_draws
+        self.verbose = verbose
+        self.noise_precision = noise_precision
+        self.noise_prior_shape = noise_prior_shape
+        self.noise_prior_rate = noise_prior_rate
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Sample the posterior of the weights (and noise precision) given training data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+
+        Returns
+        -------
+        self : object
+        """
+        first = not (self.warm_start and hasattr(self, "samples_"))
+        X, y = validate_data(self, X, y, dtype=np.float64, reset=first, y_numeric=True)
+        if self.batch_scheme == "epochs":
+            perm = epoch_permutation(self.random_state, X.shape[0])
+            X, y = X[perm], y[perm]
+        return self._fit(X, y)
+
+    def _build_model(self, X, y):
+        return LinearRegressionModel(
+            X, y, alpha=self.alpha, fit_intercept=self.fit_intercept, noise_precision=self.noise_precision,
+            noise_prior_shape=self.noise_prior_shape, noise_prior_rate=self.noise_prior_rate,
+        )
+
+    def _set_posterior_attributes(self, model):
+        self.coef_ = self._posterior_mean(self.coef_samples_)
+        self.intercept_ = float(self._posterior_mean(self.intercept_samples_)) if self.fit_intercept else 0.0
+        if model.noise_precision is not None:
+            self.noise_precision_ = model.noise_precision
+        else:
+            self.noise_precision_ = float(self._posterior_mean(self.noise_precision_samples_))
+
+    @property
+    def coef_samples_(self):
+        """Weight draws of all chains stacked, shape (n_draws_total, n_features)."""
+        W, _, _ = self._model.unpack(self._flat_samples())
+        return W[..., 0]
+
+    @property
+    def intercept_samples_(self):
+        """Intercept draws, shape (n_draws_total,); zeros without ``fit_intercept``."""
+        _, b, _ = self._model.unpack(self._flat_samples())
+        return b[:, 0]
+
+    @property
+    def noise_precision_samples_(self):
+        """Noise precision draws, shape (n_draws_total,); constant when held fixed."""
+        return np.asarray(self._model.tau(self._flat_samples()), dtype=float)
+
+    def predict(self, X, return_std=False):
+        """Posterior predictive mean, and optionally its standard deviation.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        return_std : bool, default=False
+            Also return the predictive standard deviation: the spread of the mean over
+            draws plus the noise, ``sqrt(Var_s[mu_s(x)] + E_s[1 / tau_s])``.
+
+        Returns
+        -------
+        y_mean : ndarray of shape (n_samples,)
+        y_std : ndarray of shape (n_samples,)
+            Only when ``return_std`` is True.
+        """
+        check_is_fitted(self, "samples_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        mu = self._model.predict_draws(self._flat_samples(), X)
+        mean = self._posterior_mean(mu)
+        if not return_std:
+            return mean
+        var = self._posterior_mean((mu - mean) ** 2) + self._posterior_mean(1.0 / self.noise_precision_samples_)
+        # Signed multilevel weights can make the variance estimate slightly negative.
+        return mean, np.sqrt(np.maximum(var, 0.0))
+
+    def sample_y(self, X, n_samples=1, random_state=None):
+        """Draw targets from the posterior predictive.
+
+        Each column takes a posterior draw at random and adds Gaussian noise with that
+        draw's noise precision.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples_X, n_features)
+        n_samples : int, default=1
+        random_state : int, RandomState instance or None, default=None
+
+        Returns
+        -------
+        y_samples : ndarray of shape (n_samples_X, n_samples)
+        """
+        check_is_fitted(self, "samples_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        rng = check_random_state(random_state)
+        thetas = self._flat_samples()
+        pick = rng.randint(0, thetas.shape[0], size=n_samples)
+        mu = self._model.predict_draws(thetas[pick], X)
+        noise = rng.standard_normal(mu.shape) / np.sqrt(self.noise_precision_samples_[pick])[:, None]
+        return (mu + noise).T
