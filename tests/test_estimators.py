@@ -1,0 +1,311 @@
+"""The linear estimators as scikit-learn users meet them."""
+
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_breast_cancer, load_iris, make_regression
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from skbayes_sg import DivergenceError, SGBayesLinearRegression, SGBayesLogisticRegression
+from skbayes_sg.samplers import SGHMC, SGLD, SGNHT
+
+FAST = dict(n_iter=300, n_chains=2, random_state=0)
+
+
+@parametrize_with_checks([SGBayesLogisticRegression(**FAST), SGBayesLinearRegression(**FAST)])
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    return StandardScaler().fit_transform(X), y
+
+
+@pytest.fixture(scope="module")
+def regression():
+    X, y, coef = make_regression(n_samples=300, n_features=5, noise=1.0, coef=True, random_state=0)
+    return StandardScaler().fit_transform(X), (y - y.mean()) / y.std()
+
+
+# -- fitted attributes ------------------------------------------------------------------
+
+
+def test_classifier_attributes_and_predictive(cancer):
+    X, y = cancer
+    labels = np.where(y == 1, "benign", "malignant")
+    clf = SGBayesLogisticRegression(n_iter=500, n_chains=3, random_state=0).fit(X, labels)
+    assert list(clf.classes_) == ["benign", "malignant"]
+    P = X.shape[1] + 1
+    assert clf.samples_.shape == (3, 400, P)
+    assert clf.coef_.shape == (1, X.shape[1]) and clf.intercept_.shape == (1,)
+    assert clf.coef_samples_.shape == (1200, 1, X.shape[1])
+    assert clf.intercept_samples_.shape == (1200, 1)
+    np.testing.assert_allclose(clf.coef_, clf.coef_samples_.mean(axis=0))
+    proba = clf.predict_proba(X[:7])
+    samples = clf.predict_proba_samples(X[:7])
+    assert samples.shape == (1200, 7, 2)
+    np.testing.assert_allclose(proba, samples.mean(axis=0))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_allclose(np.exp(clf.predict_log_proba(X[:7])), proba)
+    assert clf.score(X, labels) > 0.95
+    d = clf.diagnostics_
+    assert d["ess"].shape == (P,) and d["rhat"].shape == (P,)
+    assert d["n_grad_evals"] == 3 * 500 * 200
+    assert d["step_size"] > 0 and d["lambda_max"] > 0
+    assert clf.n_iter_ == 500
+
+
+def test_multiclass_attributes():
+    X, y = load_iris(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    clf = SGBayesLogisticRegression(n_iter=400, n_chains=2, random_state=0).fit(X, y)
+    assert clf.coef_.shape == (3, 4) and clf.intercept_.shape == (3,)
+    assert clf.coef_samples_.shape == (640, 3, 4)
+    assert clf.predict_proba_samples(X[:5]).shape == (640, 5, 3)
+    assert clf.score(X, y) > 0.9
+
+
+def test_regressor_attributes_and_predictive(regression):
+    X, y = regression
+    reg = SGBayesLinearRegression(n_iter=600, n_chains=2, random_state=0).fit(X, y)
+    assert reg.coef_.shape == (5,) and isinstance(reg.intercept_, float)
+    assert reg.coef_samples_.shape == (960, 5) and reg.intercept_samples_.shape == (960,)
+    assert reg.noise_precision_samples_.shape == (960,)
+    mean, std = reg.predict(X[:4], return_std=True)
+    mu = reg.coef_samples_ @ X[:4].T + reg.intercept_samples_[:, None]
+    np.testing.assert_allclose(mean, mu.mean(axis=0))
+    np.testing.assert_allclose(std**2, mu.var(axis=0) + np.mean(1 / reg.noise_precision_samples_))
+    ys = reg.sample_y(X[:4], n_samples=3, random_state=0)
+    assert ys.shape == (4, 3)
+    np.testing.assert_array_equal(ys, reg.sample_y(X[:4], n_samples=3, random_state=0))
+    assert reg.score(X, y) > 0.99
+
+
+def test_regressor_noise_precision_fixed_or_sampled(regression):
+    X, y = regression
+    resid_var = 1.0 - SGBayesLinearRegression(n_iter=200, n_chains=1, random_state=0).fit(X, y).score(X, y)
+    sampled = SGBayesLinearRegression(n_iter=1500, n_chains=2, random_state=0).fit(X, y)
+    # The noise precision's posterior sits near 1 / residual variance.
+    assert sampled.noise_precision_ == pytest.approx(1.0 / resid_var, rel=0.3)
+    assert sampled.noise_precision_samples_.std() > 0
+    fixed = SGBayesLinearRegression(n_iter=300, n_chains=1, noise_precision=3.0, random_state=0).fit(X, y)
+    assert fixed.noise_precision_ == 3.0 and fixed.samples_.shape[-1] == 6
+    np.testing.assert_array_equal(fixed.noise_precision_samples_, 3.0)
+
+
+def test_predictive_std_matches_exact_posterior_predictive():
+    """With the noise known and small steps, return_std is the conjugate predictive sd."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    y = X @ [1.0, -2.0] + 0.3 + rng.normal(size=200)
+    reg = SGBayesLinearRegression(sampler=SGLD(step_size=2e-4), noise_precision=1.0, batch_size=None,
+                                  n_iter=6000, n_chains=4, random_state=0).fit(X, y)
+    Xa = np.column_stack([X, np.ones(200)])
+    S = np.linalg.inv(Xa.T @ Xa + np.eye(3))
+    Xq = np.array([[0.0, 0.0], [3.0, -3.0]])
+    Xqa = np.column_stack([Xq, np.ones(2)])
+    exact_sd = np.sqrt(np.einsum("ij,jk,ik->i", Xqa, S, Xqa) + 1.0)
+    _, sd = reg.predict(Xq, return_std=True)
+    np.testing.assert_allclose(sd, exact_sd, rtol=0.02)
+
+
+# -- reproducibility -----------------------------------------------------------------------
+
+
+def test_same_random_state_same_draws_whatever_n_jobs(cancer):
+    X, y = cancer
+    kw = dict(n_iter=200, n_chains=3, random_state=42)
+    a = SGBayesLogisticRegression(n_jobs=1, **kw).fit(X, y)
+    b = SGBayesLogisticRegression(n_jobs=2, **kw).fit(X, y)
+    np.testing.assert_array_equal(a.samples_, b.samples_)
+    c = SGBayesLogisticRegression(n_jobs=1, **{**kw, "random_state": 43}).fit(X, y)
+    assert not np.array_equal(a.samples_, c.samples_)
+    # Chains are independent streams, not copies of each other.
+    assert not np.array_equal(a.samples_[0], a.samples_[1])
+
+
+def test_epoch_scheme_reproducible_and_accurate(cancer):
+    X, y = cancer
+    kw = dict(n_iter=400, n_chains=2, random_state=1, batch_scheme="epochs")
+    a = SGBayesLogisticRegression(**kw).fit(X, y)
+    b = SGBayesLogisticRegression(**kw).fit(X, y)
+    np.testing.assert_array_equal(a.samples_, b.samples_)
+    assert a.score(X, y) > 0.95
+
+
+# -- warm start -------------------------------------------------------------------------------
+
+
+def test_warm_start_continues_the_chains(cancer):
+    X, y = cancer
+    clf = SGBayesLogisticRegression(n_iter=200, n_chains=2, warm_start=True, random_state=0).fit(X, y)
+    first = clf.samples_.copy()
+    states = [s.theta.copy() for s in clf._chain_states]
+    evals = clf.diagnostics_["n_grad_evals"]
+    clf.fit(X, y)
+    assert clf.n_iter_ == 400
+    assert clf.samples_.shape == (2, 160 + 200, X.shape[1] + 1)
+    np.testing.assert_array_equal(clf.samples_[:, :160], first)
+    assert clf.diagnostics_["n_grad_evals"] == 2 * evals
+    # The continuation starts where each chain stopped: its first step is a small move.
+    step = np.linalg.norm(clf.samples_[:, 160] - np.array(states), axis=1)
+    spread = np.linalg.norm(first.std(axis=1), axis=1)
+    assert np.all(step < 3 * spread)
+    cold = clone(clf).set_params(warm_start=False).fit(X, y)
+    assert cold.n_iter_ == 200
+
+
+def test_warm_start_keeps_memory_bounded(cancer):
+    X, y = cancer
+    clf = SGBayesLogisticRegression(n_iter=300, n_chains=1, warm_start=True, max_draws=100,
+                                    random_state=0).fit(X, y)
+    assert clf.samples_.shape[1] == 80 and clf.diagnostics_["thin"] == 3
+    clf.fit(X, y)
+    assert clf.samples_.shape[1] == 100
+
+
+def test_max_draws_raises_thinning(cancer):
+    X, y = cancer
+    clf = SGBayesLogisticRegression(n_iter=1000, burn_in=0, n_chains=1, max_draws=100, random_state=0)
+    clf.fit(X, y)
+    assert clf.samples_.shape == (1, 100, 31) and clf.diagnostics_["thin"] == 10
+
+
+# -- divergence ---------------------------------------------------------------------------------
+
+
+def test_divergence_raises_with_sampler_step_and_iteration(cancer):
+    X, y = cancer
+    clf = SGBayesLogisticRegression(sampler=SGHMC(step_size=50.0), n_iter=200, n_chains=2, random_state=0)
+    with pytest.raises(DivergenceError, match=r"SGHMC diverged.*step_size=50.*smaller step_size") as info:
+        clf.fit(X, y)
+    assert info.value.sampler == "SGHMC" and info.value.step_size == 50.0
+    assert 1 <= info.value.iteration <= 200
+    with pytest.raises(NotFittedError):
+        clf.predict(X)
+
+
+def test_divergence_crosses_process_boundary(cancer):
+    X, y = cancer
+    # |1 - h alpha| = 99: the prior's pull alone overflows within a few hundred steps.
+    clf = SGBayesLogisticRegression(sampler=SGLD(step_size=100.0), n_iter=400, n_chains=2, n_jobs=2,
+                                    random_state=0)
+    with pytest.raises(DivergenceError) as info:
+        clf.fit(X, y)
+    assert info.value.sampler == "SGLD"
+
+
+# -- sklearn composition -----------------------------------------------------------------------
+
+
+def test_pipeline_clone_and_pickle(cancer):
+    X, y = cancer
+    pipe = make_pipeline(StandardScaler(), SGBayesLogisticRegression(sampler=SGHMC(friction=2.0), **FAST))
+    pipe.fit(X, y)
+    twin = clone(pipe)
+    assert twin[-1].sampler.friction == 2.0 and twin[-1].sampler is not pipe[-1].sampler
+    restored = pickle.loads(pickle.dumps(pipe))
+    np.testing.assert_array_equal(restored.predict_proba(X[:5]), pipe.predict_proba(X[:5]))
+    # The fitted estimator carries neither the training data nor a second copy of the draws.
+    assert restored[-1]._model.X is None
+    assert len(pickle.dumps(pipe[-1])) < 1.2 * pipe[-1].samples_.nbytes
+
+
+def test_grid_search_over_sampler_step_size(cancer):
+    X, y = cancer
+    grid = GridSearchCV(SGBayesLogisticRegression(sampler=SGHMC(), **FAST),
+                        {"sampler__step_size": [1e-3, 1e-2]}, cv=2)
+    grid.fit(X, y)
+    assert grid.best_params_["sampler__step_size"] in (1e-3, 1e-2)
+    assert grid.best_estimator_.diagnostics_["step_size"] == grid.best_params_["sampler__step_size"]
+
+
+def test_grid_search_over_sampler_itself(regression):
+    X, y = regression
+    grid = GridSearchCV(SGBayesLinearRegression(**FAST),
+                        {"sampler": ["sgld", "sghmc", SGNHT(friction=5.0)]}, cv=2)
+    grid.fit(X, y)
+    assert len(grid.cv_results_["params"]) == 3
+    assert np.all(np.isfinite(grid.cv_results_["mean_test_score"]))
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("Est", [SGBayesLogisticRegression, SGBayesLinearRegression])
+@pytest.mark.parametrize("X, y, error, match", [
+    ([[0.0, np.nan], [1.0, 2.0]], [0, 1], ValueError, "NaN"),
+    ([[0.0, np.inf], [1.0, 2.0]], [0, 1], ValueError, "infinity"),
+    ([0.0, 1.0, 2.0], [0, 1, 0], ValueError, "2D array"),
+    (np.empty((0, 3)), [], ValueError, "0 sample"),
+    ([["a", "b"], ["c", "d"]], [0, 1], ValueError, "could not convert"),
+    ([[0.0, 1.0], [1.0, 2.0], [2.0, 2.0]], [0, 1], ValueError, "inconsistent numbers of samples"),
+])
+def test_bad_data_raises(Est, X, y, error, match):
+    with pytest.raises(error, match=match):
+        Est(**FAST).fit(X, y)
+
+
+def test_bad_targets():
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    with pytest.raises(ValueError, match="only one class"):
+        SGBayesLogisticRegression(**FAST).fit(X, np.zeros(10))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        SGBayesLogisticRegression(**FAST).fit(X, np.linspace(0, 1, 10))
+    with pytest.raises(ValueError, match="NaN"):
+        SGBayesLinearRegression(**FAST).fit(X, np.r_[np.nan, np.zeros(9)])
+    with pytest.raises(ValueError, match="could not convert|numeric"):
+        SGBayesLinearRegression(**FAST).fit(X, np.array(["a"] * 10))
+
+
+@pytest.mark.parametrize("params, error, match", [
+    ({"sampler": "nuts"}, ValueError, "Unknown sampler 'nuts'"),
+    ({"sampler": 3}, TypeError, "'sampler' parameter"),
+    ({"sampler": SGLD(step_size=-1.0)}, ValueError, "step_size must be a positive"),
+    ({"sampler": SGHMC(friction=0.0)}, ValueError, "friction must be a positive"),
+    ({"burn_in": 300}, ValueError, "burn_in must be below n_iter"),
+    ({"burn_in": 1.5}, ValueError, "'burn_in' parameter"),
+    ({"n_iter": 0}, ValueError, "'n_iter' parameter"),
+    ({"thin": 0}, ValueError, "'thin' parameter"),
+    ({"n_chains": 0}, ValueError, "'n_chains' parameter"),
+    ({"batch_size": 0}, ValueError, "'batch_size' parameter"),
+    ({"batch_scheme": "sequential"}, ValueError, "'batch_scheme' parameter"),
+    ({"alpha": 0.0}, ValueError, "'alpha' parameter"),
+    ({"init": "random"}, ValueError, "'init' parameter"),
+    ({"init": np.zeros(7)}, ValueError, r"init array has shape \(7,\)"),
+    ({"init": np.full(3, np.nan)}, ValueError, "init contains NaN"),
+])
+def test_bad_parameters_raise(params, error, match):
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    y = np.arange(20) % 2
+    with pytest.raises(error, match=match):
+        SGBayesLogisticRegression(**{**FAST, **params}).fit(X, y)
+
+
+def test_batch_size_larger_than_data_is_clipped_with_warning():
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    y = np.arange(20) % 2
+    with pytest.warns(UserWarning, match="batch_size=50 is larger than the number of samples"):
+        clf = SGBayesLogisticRegression(batch_size=50, **FAST).fit(X, y)
+    assert clf.diagnostics_["batch_size"] == 20
+
+
+def test_predict_before_fit_and_wrong_features(cancer):
+    X, y = cancer
+    with pytest.raises(NotFittedError):
+        SGBayesLogisticRegression().predict_proba(X)
+    with pytest.raises(NotFittedError):
+        SGBayesLinearRegression().predict(X)
+    clf = SGBayesLogisticRegression(**FAST).fit(X, y)
+    with pytest.raises(ValueError, match="has 3 features, but SGBayesLogisticRegression is expecting 30"):
+        clf.predict(X[:, :3])
+    with pytest.raises(ValueError, match="expecting 30"):
+        clf.predict_proba_samples(X[:, :3])

@@ -1,0 +1,167 @@
+"""Models: log densities against direct formulas, gradients against finite differences,
+per-example gradient operators against their dense matrices."""
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import expit
+
+from skbayes_sg.models import (
+    LinearRegressionModel,
+    LogisticModel,
+    NormalGammaModel,
+    SoftmaxModel,
+)
+
+RNG = np.random.default_rng(12345)
+X = RNG.normal(size=(40, 5))
+
+
+def _models():
+    y_bin = (RNG.random(40) < 0.4).astype(float)
+    y_cls = RNG.integers(0, 4, size=40)
+    y_reg = X @ RNG.normal(size=5) + RNG.normal(size=40)
+    return {
+        "logistic": LogisticModel(X, y_bin, alpha=0.7),
+        "logistic_noint": LogisticModel(X, y_bin, alpha=2.0, fit_intercept=False),
+        "softmax": SoftmaxModel(X, y_cls, n_classes=4, alpha=1.3),
+        "linreg_sampled_tau": LinearRegressionModel(X, y_reg, alpha=0.5, noise_prior_shape=2.0,
+                                                    noise_prior_rate=3.0),
+        "linreg_fixed_tau": LinearRegressionModel(X, y_reg, alpha=0.5, noise_precision=2.5),
+        "linreg_noint": LinearRegressionModel(X, y_reg, fit_intercept=False, noise_precision=1.0),
+        "normal_gamma": NormalGammaModel(RNG.normal(size=40)),
+    }
+
+
+MODELS = _models()
+
+
+def _point(model, rng):
+    if isinstance(model, NormalGammaModel):
+        return np.array([0.3, 1.7])
+    return 0.4 * rng.normal(size=model.n_params)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_gradient_matches_finite_differences(name):
+    model = MODELS[name]
+    theta = _point(model, np.random.default_rng(1))
+    _, grad = model.log_posterior_and_grad(theta)
+    eps = 1e-6
+    fd = np.array([
+        (model.log_posterior(theta + eps * e) - model.log_posterior(theta - eps * e)) / (2 * eps)
+        for e in np.eye(model.n_params)
+    ])
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_per_example_operator_matches_dense(name):
+    model = MODELS[name]
+    rng = np.random.default_rng(2)
+    theta = _point(model, rng)
+    idx = rng.integers(0, model.n_samples, size=17)
+    ops = model.per_example_gradients(theta, idx)
+    G = ops.to_dense()
+    assert G.shape == (17, model.n_params)
+    # Rows are the per-example log-likelihood gradients: their sum is the minibatch gradient.
+    _, g_sum = model.log_likelihood_and_grad(theta, idx)
+    np.testing.assert_allclose(G.sum(axis=0), g_sum, rtol=1e-10, atol=1e-10)
+    v = rng.normal(size=model.n_params)
+    u = rng.normal(size=17)
+    np.testing.assert_allclose(ops.mean(), G.mean(axis=0), atol=1e-12)
+    np.testing.assert_allclose(ops.matvec(v), G @ v, atol=1e-10)
+    np.testing.assert_allclose(ops.rmatvec(u), G.T @ u, atol=1e-10)
+    np.testing.assert_allclose(ops.sum_of_squares(), (G**2).sum(axis=0), rtol=1e-10, atol=1e-12)
+    V = np.cov(G, rowvar=False)
+    np.testing.assert_allclose(ops.covariance_matvec(v), V @ v, atol=1e-9)
+    np.testing.assert_allclose(ops.covariance_diag(), np.diag(V), rtol=1e-8, atol=1e-12)
+
+
+def test_logistic_log_likelihood_is_bernoulli_and_stable():
+    model = MODELS["logistic"]
+    theta = _point(model, np.random.default_rng(3))
+    W, b, _ = model.unpack(theta)
+    p = expit(X @ W[:, 0] + b[0])
+    direct = stats.bernoulli.logpmf(model.y, p).sum()
+    assert model.log_likelihood_and_grad(theta)[0] == pytest.approx(direct, rel=1e-12)
+    # Extreme linear predictors: no overflow, log-likelihood finite, gradient bounded.
+    big = LogisticModel(np.array([[1.0], [-1.0]]), np.array([0.0, 1.0]), fit_intercept=False)
+    ll, g = big.log_likelihood_and_grad(np.array([800.0]))
+    assert ll == pytest.approx(-1600.0)
+    assert np.all(np.isfinite(g))
+
+
+def test_softmax_log_likelihood_is_categorical():
+    model = MODELS["softmax"]
+    theta = _point(model, np.random.default_rng(4))
+    P = model.predict_draws(theta[None], X)[0]
+    direct = np.log(P[np.arange(40), model.y]).sum()
+    assert model.log_likelihood_and_grad(theta)[0] == pytest.approx(direct, rel=1e-12)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+
+
+def test_linear_regression_log_density_with_jacobian():
+    model = MODELS["linreg_sampled_tau"]
+    theta = _point(model, np.random.default_rng(5))
+    W, b, extra = model.unpack(theta)
+    tau = np.exp(extra[0])
+    mean = X @ W[:, 0] + b[0]
+    loglik = stats.norm.logpdf(model.y, mean, 1 / np.sqrt(tau)).sum()
+    # Prior in s = log tau: Gamma(a, rate b) density times the Jacobian tau.
+    log_prior_s = stats.gamma.logpdf(tau, a=2.0, scale=1 / 3.0) + np.log(tau)
+    log_prior_w = stats.norm.logpdf(theta[:-1], 0, 1 / np.sqrt(0.5)).sum()
+    lp = model.log_posterior(theta)
+    # Equal up to the normalising constants the model drops (which do not depend on theta).
+    theta2 = _point(model, np.random.default_rng(6))
+    W2, b2, extra2 = model.unpack(theta2)
+    tau2 = np.exp(extra2[0])
+    direct2 = (stats.norm.logpdf(model.y, X @ W2[:, 0] + b2[0], 1 / np.sqrt(tau2)).sum()
+               + stats.gamma.logpdf(tau2, a=2.0, scale=1 / 3.0) + np.log(tau2)
+               + stats.norm.logpdf(theta2[:-1], 0, 1 / np.sqrt(0.5)).sum())
+    direct = loglik + log_prior_s + log_prior_w
+    assert lp - model.log_posterior(theta2) == pytest.approx(direct - direct2, rel=1e-10)
+
+
+def test_exact_hessian_vector_product_of_linear_regression():
+    model = MODELS["linreg_fixed_tau"]
+    theta = _point(model, np.random.default_rng(7))
+    Xa = np.column_stack([X, np.ones(40)])
+    H = 2.5 * Xa.T @ Xa + 0.5 * np.eye(6)
+    v = np.random.default_rng(8).normal(size=6)
+    np.testing.assert_allclose(model.hessian_vector_product(theta, v), H @ v, rtol=1e-10)
+
+
+def test_finite_difference_hessian_vector_product():
+    model = MODELS["logistic"]
+    theta = _point(model, np.random.default_rng(9))
+    W, b, _ = model.unpack(theta)
+    p = expit(X @ W[:, 0] + b[0])
+    Xa = np.column_stack([X, np.ones(40)])
+    H = Xa.T @ (Xa * (p * (1 - p))[:, None]) + 0.7 * np.eye(6)
+    v = np.random.default_rng(10).normal(size=6)
+    np.testing.assert_allclose(model.hessian_vector_product(theta, v), H @ v, rtol=1e-6)
+
+
+def test_normal_gamma_posterior_matches_paper_closed_form():
+    x = np.random.default_rng(11).normal(size=100)
+    model = NormalGammaModel(x)
+    mu_post, gamma_post = model.posterior()
+    # The closed form is the normalised density: compare with log posterior differences.
+    grid = [np.array([0.1, 0.9]), np.array([-0.2, 1.2])]
+    lp = [model.log_posterior(t) for t in grid]
+    N, xbar = 100, x.mean()
+    beta_N = 1 + 0.5 * ((x - xbar) ** 2).sum() + N * xbar**2 / (2 * (1 + N))
+    joint = [stats.norm.logpdf(m, N * xbar / (N + 1), 1 / np.sqrt((1 + N) * g))
+             + stats.gamma.logpdf(g, a=1 + N / 2, scale=1 / beta_N) for m, g in grid]
+    assert lp[0] - lp[1] == pytest.approx(joint[0] - joint[1], rel=1e-10)
+    assert gamma_post.mean() == pytest.approx((1 + N / 2) / beta_N)
+    assert mu_post.mean() == pytest.approx(N * xbar / (N + 1))
+
+
+def test_without_data_keeps_predictive():
+    model = MODELS["softmax"]
+    theta = _point(model, np.random.default_rng(12))
+    light = model.without_data()
+    assert light.X is None and model.X is not None
+    np.testing.assert_array_equal(light.predict_draws(theta[None], X), model.predict_draws(theta[None], X))

@@ -1,0 +1,205 @@
+"""SGLD, SGHMC and SGNHT against posteriors known exactly, and their shared sub-steps."""
+
+import numpy as np
+import pytest
+
+from skbayes_sg.minibatch import MinibatchGradient
+from skbayes_sg.models import LinearRegressionModel, NormalGammaModel
+from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, get_sampler
+from skbayes_sg.samplers._step_size import largest_curvature
+from skbayes_sg.samplers._substeps import ou_euler, ou_exact, thermostat
+from skbayes_sg.diagnostics import mcse_mean
+
+from ._exact import assert_matches_gaussian, conjugate_regression, sample
+
+# -- sub-steps --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("friction", [0.7, -0.3, 0.0])
+def test_ou_exact_moments(friction):
+    """O step: e^(-g d) mean and the exact OU variance, including the g = 0 and g < 0 branches."""
+    rng = np.random.default_rng(0)
+    p0 = np.full(200_000, 1.5)
+    p = ou_exact(p0.copy(), friction, 2.0, 0.3, rng)
+    mean = 1.5 * np.exp(-friction * 0.3)
+    var = 2.0 * 2 * 0.3 if friction == 0 else 2.0 * (1 - np.exp(-2 * friction * 0.3)) / friction
+    se_mean, se_var = np.sqrt(var / p.size), var * np.sqrt(2 / p.size)
+    assert abs(p.mean() - mean) < 5 * se_mean
+    assert abs(p.var() - var) < 5 * se_var
+
+
+def test_ou_exact_preserves_its_stationary_law():
+    rng = np.random.default_rng(1)
+    p = rng.normal(size=200_000) * np.sqrt(3.0 / 2.0)  # N(0, D / gamma) with D = 3, gamma = 2
+    for _ in range(5):
+        ou_exact(p, 2.0, 3.0, 0.4, rng)
+    assert abs(p.var() - 1.5) < 5 * 1.5 * np.sqrt(2 / p.size)
+
+
+def test_ou_euler_and_thermostat_formulas():
+    rng = np.random.default_rng(2)
+    p = np.full(100_000, 2.0)
+    ou_euler(p, 0.5, np.full(p.size, 4.0), 0.1, rng)
+    assert abs(p.mean() - 2.0 * 0.95) < 5 * np.sqrt(0.8 / p.size)
+    assert abs(p.var() - 0.8) < 5 * 0.8 * np.sqrt(2 / p.size)
+    q = np.array([1.0, 2.0, 2.0])
+    assert thermostat(0.5, q, 0.1, 6.0, 1.0) == pytest.approx(0.5 + 0.1 * (9.0 - 3.0) / 6.0)
+
+
+# -- exact Gaussian posterior -----------------------------------------------------------
+
+# Step sizes the docstrings recommend for accuracy with minibatches: the gradient noise
+# h^2 Sigma should stay small against the injected 2 h A T, i.e. h Sigma_max / (2 A T) ~ 0.1.
+NOISE_RATIO = 0.1
+CASES = {
+    "sgld": (SGLD(), 1.0),
+    "sghmc": (SGHMC(friction=10.0), 10.0),
+    "sghmc_empirical": (SGHMC(friction=10.0, noise_estimate="empirical"), 10.0),
+    "sgnht": (SGNHT(friction=10.0), 10.0),
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_recovers_exact_gaussian_posterior(name):
+    sampler, injected = CASES[name]
+    model, mean, cov, sigma_max = conjugate_regression()
+    h = NOISE_RATIO * 2 * injected / sigma_max
+    draws, _ = sample(sampler, model, mean, n_iter=8000, n_burn=1000, batch_size=100, step_size=h)
+    assert_matches_gaussian(draws, mean, np.sqrt(np.diag(cov)))
+
+
+@pytest.mark.statistical
+def test_sgld_temperature_scales_the_posterior_variance():
+    """At temperature T the chain samples pi^(1/T): for a Gaussian, variance times T."""
+    model, mean, cov, sigma_max = conjugate_regression()
+    h = NOISE_RATIO * 2 * 2.0 / sigma_max
+    draws, _ = sample(SGLD(temperature=2.0), model, mean, n_iter=8000, n_burn=1000, batch_size=100,
+                      step_size=h)
+    assert_matches_gaussian(draws, mean, np.sqrt(2.0 * np.diag(cov)))
+
+
+def test_wrong_force_sign_is_caught_by_the_gaussian_check():
+    """The posterior check has teeth: a sampler that ignores the data fails it."""
+    model, mean, cov, sigma_max = conjugate_regression()
+    prior_only = LinearRegressionModel(model.X[:1] * 0, model.y[:1] * 0, noise_precision=1.0)
+    h = NOISE_RATIO * 2 / sigma_max
+    draws, _ = sample(SGLD(), prior_only, mean, n_iter=1500, n_burn=500, batch_size=None, step_size=h)
+    with pytest.raises(AssertionError):
+        assert_matches_gaussian(draws, mean, np.sqrt(np.diag(cov)))
+
+
+# -- SGNHT: Proposition 1 of the CCAdL paper ----------------------------------------
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("h, A", [(0.002, 1.0), (0.005, 2.0)])
+def test_sgnht_thermostat_settles_at_proposition_1_value(h, A):
+    """With isotropic constant gradient noise Sigma = sigma^2 I, xi -> A + beta h sigma^2 / 2.
+
+    Balanced one-hot groups with unit within-group variance make the noise covariance
+    ``(N^2/n) p v I`` (up to an O(1/N) term in theta), so Proposition 1 applies; the kinetic
+    temperature must settle at T = 1.
+    """
+    K, per, n = 4, 100, 20
+    N = K * per
+    rng = np.random.default_rng(0)
+    e = rng.normal(size=(K, per))
+    e = (e - e.mean(1, keepdims=True)) / e.std(1, keepdims=True)
+    y = (e + np.arange(K)[:, None]).ravel()
+    X = np.eye(K)[np.repeat(np.arange(K), per)]
+    model = LinearRegressionModel(X, y, noise_precision=1.0, alpha=1e-3, fit_intercept=False)
+    sigma2 = N * N / n / K
+    _, stats = sample(SGNHT(friction=A), model, np.arange(K, dtype=float), n_iter=30_000, n_burn=5000,
+                      batch_size=n, step_size=h, n_chains=4, thin=10)
+    xi, kinetic = stats["xi"], stats["kinetic_temperature"]
+    expected = A + h * sigma2 / 2
+    assert abs(xi.mean() - expected) < 4 * mcse_mean(xi)
+    assert abs(kinetic.mean() - 1.0) < 4 * mcse_mean(kinetic)
+
+
+# -- Normal-Gamma example (CCAdL paper section 4.1) ----------------------------------
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("sampler", [SGHMC(friction=10.0), SGNHT(friction=10.0)], ids=["sghmc", "sgnht"])
+def test_normal_gamma_marginals(sampler):
+    """At h = 0.001, A = 10 (the paper's most accurate setting) both match the closed form."""
+    model = NormalGammaModel(np.random.default_rng(2015).normal(size=100))
+    mu_post, gamma_post = model.posterior()
+    start = [mu_post.mean(), gamma_post.mean()]
+    draws, _ = sample(sampler, model, start, n_iter=24_000, n_burn=4000, batch_size=10, step_size=1e-3,
+                      thin=5)
+    assert_matches_gaussian(draws, [mu_post.mean(), gamma_post.mean()], [mu_post.std(), gamma_post.std()],
+                            sd_rtol=0.12)
+
+
+@pytest.mark.statistical
+def test_normal_gamma_sghmc_runs_hot_at_large_step_as_in_table_1():
+    """SGHMC with B^ = 0 cannot shed the minibatch noise at h = 0.01, A = 1 (paper's Table 1),
+    while SGNHT's thermostat does for mu: the comparison the CCAdL paper makes."""
+    model = NormalGammaModel(np.random.default_rng(2015).normal(size=100))
+    mu_post, gamma_post = model.posterior()
+    start = [mu_post.mean(), gamma_post.mean()]
+    kw = dict(n_iter=10_000, n_burn=2000, batch_size=10, step_size=1e-2, thin=5, n_chains=2)
+    hmc, _ = sample(SGHMC(friction=1.0), model, start, **kw)
+    nht, _ = sample(SGNHT(friction=1.0), model, start, **kw)
+    assert hmc[..., 0].std() > 1.5 * mu_post.std()
+    assert abs(nht[..., 0].std() / mu_post.std() - 1) < 0.2
+
+
+# -- SGHMC noise estimate -------------------------------------------------------------------
+
+
+def test_sghmc_empirical_noise_estimate_is_half_h_sigma_and_clips():
+    model, mean, _, sigma_max = conjugate_regression()
+    sampler = SGHMC(friction=1e-3, noise_estimate="empirical")
+    target = MinibatchGradient(model, 100)
+    rng = np.random.default_rng(0)
+    state = sampler.init_state(mean, target, rng, step_size=0.01)
+    sampler.step(state, target, rng)
+    # h Sigma / 2 with Sigma ~ 1e3 dwarfs A T = 1e-3 on every coordinate: all clipped.
+    assert state.extra["noise_clipped"] == model.n_params
+    assert sampler.chain_summary(state) == {"noise_clipped": model.n_params}
+
+
+# -- step size -----------------------------------------------------------------------------
+
+
+def test_largest_curvature_is_the_top_hessian_eigenvalue():
+    model, mean, cov, _ = conjugate_regression(D=5)
+    lam = largest_curvature(model, mean)
+    assert lam == pytest.approx(np.linalg.eigvalsh(np.linalg.inv(cov)).max(), rel=1e-3)
+
+
+@pytest.mark.parametrize("cls, order", [(SGLD, 1), (SGHMC, 2), (SGNHT, 2)])
+def test_auto_step_size_follows_curvature_scaling(cls, order):
+    """Four times the data quadruples lambda_max: h shrinks 4x (first order) or 2x (second)."""
+    small, mean_s, _, _ = conjugate_regression(N=300, seed=3)
+    X4, y4 = np.tile(small.X, (4, 1)), np.tile(small.y, 4)
+    big = LinearRegressionModel(X4, y4, noise_precision=1.0, alpha=1e-9)
+    small = LinearRegressionModel(small.X, small.y, noise_precision=1.0, alpha=1e-9)
+    h_small, info = cls().resolve_step_size(small, mean_s)
+    h_big, _ = cls().resolve_step_size(big, mean_s)
+    assert h_small / h_big == pytest.approx(4.0 ** (1.0 / order), rel=1e-3)
+    assert h_small == pytest.approx(cls._auto_step_constant / info["lambda_max"] ** (1.0 / order))
+    assert cls(step_size=0.123).resolve_step_size(small, mean_s) == (0.123, {})
+
+
+# -- hyperparameter validation ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [SGLD(step_size=0), SGLD(step_size=-1e-3), SGHMC(friction=0.0),
+                                 SGNHT(friction=-1), SGNHT(thermal_mass=0), SGLD(temperature=float("nan")),
+                                 SGHMC(noise_estimate="full"), SGLD(step_size="big")])
+def test_bad_hyperparameters_raise(bad):
+    with pytest.raises(ValueError, match=type(bad).__name__):
+        get_sampler(bad)
+
+
+def test_get_sampler_by_name_and_errors():
+    assert isinstance(get_sampler("SGHMC"), SGHMC)
+    with pytest.raises(ValueError, match="Unknown sampler 'nuts'"):
+        get_sampler("nuts")
+    with pytest.raises(TypeError, match="sampler must be"):
+        get_sampler(3.0)
