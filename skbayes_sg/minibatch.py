@@ -98,10 +98,9 @@ class MinibatchGradient:
         rows, scale = self._next_rows(rng)
         grads = self.model.per_example_gradients(theta, rows)
         self.n_grad_evals += grads.n_batch
-        _, prior_grad = self.model.log_prior_and_grad(theta)
         force = grads.mean()
         force *= scale * grads.n_batch
-        force += prior_grad
+        force += self.model.grad_log_prior(theta)
         return force, grads
 
     def log_posterior_and_grad(self, theta):

@@ -53,6 +53,10 @@ class Model:
         """Log prior density (up to a constant) and its gradient."""
         raise NotImplementedError
 
+    def grad_log_prior(self, theta):
+        """Gradient of the log prior, shape (P,) (the per-iteration part of the force)."""
+        return self.log_prior_and_grad(theta)[1]
+
     def log_posterior_and_grad(self, theta):
         """Full-data log posterior (up to a constant) and its gradient, shape (P,)."""
         ll, gl = self.log_likelihood_and_grad(theta)

@@ -134,7 +134,8 @@ class LinearPerExampleGradients(PerExampleGradients):
 
     def mean(self):
         n = self.n_batch
-        w = self.X.T @ self.R / n
+        # A single output uses a matrix-vector product (gemv) rather than a 1-column gemm.
+        w = self.X.T @ self.R[:, 0] / n if self.R.shape[1] == 1 else self.X.T @ self.R / n
         b = self.R.mean(axis=0) if self.fit_intercept else None
         e = self.extra.mean(axis=0) if self.extra is not None else None
         return self._join(w, b, e)
