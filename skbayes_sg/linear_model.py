@@ -18,7 +18,7 @@ _COMMON_DOC = """
         lower-case class names of :mod:`skbayes_sg.samplers`) or an instance such as
         ``SGHMC(step_size=1e-3, friction=10)``, whose hyperparameters can be tuned as
         ``sampler__step_size`` in ``GridSearchCV``.
-    n_iter : int, default=2000
+    n_iter : int, default=5000
         Sampler iterations per chain, burn-in included.
     burn_in : float in [0, 1) or int, default=0.2
         Iterations discarded at the start of each chain: a fraction of ``n_iter`` or a
@@ -116,7 +116,7 @@ class SGBayesLogisticRegression(BaseSGBayesClassifier):
     (2, 2)
     """
 
-    def __init__(self, *, sampler="sgnht", n_iter=2000, burn_in=0.2, thin=1, batch_size="auto",
+    def __init__(self, *, sampler="sgnht", n_iter=5000, burn_in=0.2, thin=1, batch_size="auto",
                  batch_scheme="replacement", n_chains=4, n_jobs=None, random_state=None, init="map",
                  alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0):
         self.sampler = sampler
@@ -209,7 +209,7 @@ class SGBayesLinearRegression(RegressorMixin, BaseSGBayes):
         "noise_prior_rate": [Interval(Real, 0, None, closed="neither")],
     }
 
-    def __init__(self, *, sampler="sgnht", n_iter=2000, burn_in=0.2, thin=1, batch_size="auto",
+    def __init__(self, *, sampler="sgnht", n_iter=5000, burn_in=0.2, thin=1, batch_size="auto",
                  batch_scheme="replacement", n_chains=4, n_jobs=None, random_state=None, init="map",
                  alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0,
                  noise_precision=None, noise_prior_shape=1e-6, noise_prior_rate=1e-6):

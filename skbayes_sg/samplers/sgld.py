@@ -21,10 +21,12 @@ class SGLD(BaseSampler):
     step_size : float or "auto", default="auto"
         The step size ``h``. ``"auto"`` sets ``h = c / lambda_max`` with ``lambda_max`` the
         largest curvature of the negative log posterior at the initial point and
-        ``c = 0.05``: Euler-Langevin is stable below ``2 / lambda_max``, and at ``c = 0.05``
-        the discretisation inflates the stiffest direction's variance by about 2.5%
-        (``1 / (1 - c / 2)`` for a Gaussian). Gradient noise adds more: with batch ``n`` of
-        ``N`` rows it scales as ``c N / n``; lower ``step_size`` when that matters.
+        ``c = 0.1``: Euler-Langevin is stable below ``2 / lambda_max``, and at ``c = 0.1``
+        the discretisation inflates the stiffest direction's variance by about 5%
+        (``1 / (1 - c / 2)`` for a Gaussian); smaller ``c`` mixes markedly slower for no
+        visible gain (``benchmarks/auto_step_size.py``). Gradient
+        noise adds a factor of about ``1 + h Sigma_max / (2 T)``, roughly ``c N / (2 n)``
+        for a batch of ``n`` of ``N`` rows: lower ``step_size`` when that matters.
     temperature : float, default=1.0
         ``T = 1 / beta``; 1 samples the posterior.
 
@@ -36,7 +38,7 @@ class SGLD(BaseSampler):
     """
 
     _step_size_order = 1
-    _auto_step_constant = 0.05
+    _auto_step_constant = 0.1
     _stat_names = ()
 
     def __init__(self, step_size="auto", temperature=1.0):

@@ -25,7 +25,9 @@ class SGNHT(BaseSampler):
     Parameters
     ----------
     step_size : float or "auto", default="auto"
-        ``h``; ``"auto"`` sets ``h = 0.1 / sqrt(lambda_max)`` (see :class:`SGHMC`).
+        ``h``; ``"auto"`` sets ``h = 0.2 / sqrt(lambda_max)`` (see :class:`SGHMC` for
+        the choice of the constant and the accuracy condition under minibatch noise; the
+        thermostat absorbs the isotropic part of that noise, not its anisotropy).
     friction : float, default=1.0
         ``A``, the effective friction: strength of the injected noise, and the value at
         which ``xi`` starts.
@@ -36,6 +38,7 @@ class SGNHT(BaseSampler):
         ``T = 1 / beta``.
     """
 
+    _auto_step_constant = 0.2
     _stat_names = ("xi", "kinetic_temperature")
 
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, temperature=1.0):
