@@ -1,0 +1,113 @@
+"""Gradient steps per second of one chain on a9a, and the fixed cost of a ``fit`` call.
+
+Bayesian logistic regression on a9a (32,561 x 123 binary features plus an intercept,
+batch 500), one chain through the library's own fit loop (``_chains.run_chain``: the
+sampler step, minibatch draw, finiteness checks and draw storage), for every registered
+SG sampler and both minibatch schemes. When the reference environment of
+``../shared/bench`` exists (``~/anchor-venv`` with jax and blackjax, see its README),
+blackjax's own SGLD / SGHMC / SGNHT integrators are timed in the same invocation and
+the ratio is printed, so the comparison is taken on one machine at one time.
+
+Prints one JSON object per line. Usage::
+
+    python benchmarks/throughput.py [--passes 20] [--quick] [--no-blackjax]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from skbayes_sg import SGBayesLogisticRegression
+from skbayes_sg._chains import run_chain
+from skbayes_sg.models import LogisticModel
+from skbayes_sg.samplers import SAMPLERS
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+ANCHOR = Path.home() / "anchor-venv" / "bin" / "python"
+BATCH = 500
+
+
+def load_a9a():
+    data = np.load(SHARED / "data" / "a9a.npz")
+    return data["X_train"].astype(np.float64), data["y_train"].astype(np.float64)
+
+
+def time_chain(sampler, model, n_steps, scheme, h):
+    t0 = time.perf_counter()
+    res = run_chain(sampler, model, np.zeros(model.n_params), n_steps, n_steps // 5, 10, 1000, BATCH, scheme,
+                    np.random.SeedSequence(0), step_size=h)
+    seconds = time.perf_counter() - t0
+    assert np.isfinite(res.draws).all()
+    return seconds
+
+
+def fit_fixed_cost(X, y):
+    """Wall time of fit() minus the time its iterations take: validation, MAP, auto step, diagnostics."""
+    est = SGBayesLogisticRegression(n_iter=50, n_chains=1, random_state=0)
+    t0 = time.perf_counter()
+    est.fit(X, y)
+    total = time.perf_counter() - t0
+    return total
+
+
+def blackjax(passes, h, A):
+    if not ANCHOR.exists():
+        return {}
+    script = SHARED / "bench" / "bench_blackjax_sgmcmc.py"
+    out = subprocess.run([str(ANCHOR), str(script), str(SHARED / "data" / "a9a.npz"), str(passes), str(h), str(A)],
+                         capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return {r["sampler"]: r for r in rows}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--passes", type=float, default=20.0, help="data passes per chain")
+    parser.add_argument("--quick", action="store_true", help="2 passes, no blackjax")
+    parser.add_argument("--no-blackjax", action="store_true")
+    args = parser.parse_args()
+    passes = 2.0 if args.quick else args.passes
+    X, y = load_a9a()
+    model = LogisticModel(X, y, alpha=1.0)
+    n_steps = int(passes * X.shape[0] / BATCH)
+    h, A = 1e-4, 1.0
+    names = [n for n in ("sgld", "sghmc", "sgnht", "ccadl", "mccadl") if n in SAMPLERS]
+    ours = {}
+    for scheme in ("replacement", "epochs"):
+        for name in names:
+            cls = SAMPLERS[name]
+            sampler = cls(friction=A) if "friction" in cls().get_params() else cls()
+            # Each measurement is repeated and the best kept: on shared machines the
+            # minimum is the least disturbed estimate.
+            seconds = min(time_chain(sampler, model, n_steps, scheme, h) for _ in range(1 if args.quick else 3))
+            ours[(name, scheme)] = n_steps / seconds
+            print(json.dumps({"library": "skbayes_sg", "sampler": name, "batch_scheme": scheme, "batch": BATCH,
+                              "steps": n_steps, "seconds": round(seconds, 3),
+                              "steps_per_s": round(n_steps / seconds)}), flush=True)
+    fixed = min(fit_fixed_cost(X, y) for _ in range(3))
+    print(json.dumps({"library": "skbayes_sg", "what": "fit() with n_iter=50, one chain, init='map', "
+                      "step_size='auto' (fixed cost: validation, MAP by L-BFGS, Lanczos curvature, diagnostics)",
+                      "seconds": round(fixed, 3)}), flush=True)
+    if args.quick or args.no_blackjax:
+        return
+    ref = blackjax(passes, h, A)
+    if not ref:
+        print(json.dumps({"blackjax": "skipped: ~/anchor-venv not found (see ../shared/bench/README.md)"}))
+        return
+    for name, row in ref.items():
+        print(json.dumps({"library": "blackjax", **row}), flush=True)
+        for scheme in ("replacement", "epochs"):
+            if (name, scheme) in ours:
+                print(json.dumps({"ratio": f"skbayes_sg/{scheme} over blackjax", "sampler": name,
+                                  "speedup": round(ours[(name, scheme)] / row["steps_per_s"], 2)}), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
