@@ -110,9 +110,9 @@ def _check_finite(state, sampler, t):
 
 
 def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-               seeds, step_size=None, n_jobs=None):
+               seeds, step_size=None, n_jobs=None, verbose=0):
     """Run one chain per start in parallel; results in chain order."""
-    return Parallel(n_jobs=n_jobs)(
+    return Parallel(n_jobs=n_jobs, verbose=verbose)(
         delayed(run_chain)(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size,
                            batch_scheme, seed, step_size)
         for start, seed in zip(starts, seeds)

@@ -134,6 +134,7 @@ class BaseSGBayes(BaseEstimator):
         results = run_chains(
             sampler, model, list(starts), self.n_iter, n_burn, self.thin, self.max_draws, batch_size,
             self.batch_scheme, self._seeds(fit_round), step_size=step_size, n_jobs=self.n_jobs,
+            verbose=self.verbose,
         )
         draws = np.stack([r.draws for r in results])
         stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}

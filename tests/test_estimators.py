@@ -63,6 +63,24 @@ def test_classifier_attributes_and_predictive(cancer):
     assert clf.n_iter_ == 500
 
 
+def test_diagnostics_match_arviz_on_the_fitted_draws(cancer):
+    az = pytest.importorskip("arviz")
+    X, y = cancer
+    clf = SGBayesLogisticRegression(n_iter=400, n_chains=3, random_state=0).fit(X, y)
+    for j in (0, 7, X.shape[1]):
+        draws = clf.samples_[:, :, j]
+        assert clf.diagnostics_["rhat"][j] == pytest.approx(float(az.rhat(draws)), rel=1e-8)
+        assert clf.diagnostics_["ess"][j] == pytest.approx(float(az.ess(draws)), rel=1e-8)
+
+
+def test_verbose_reports_progress(cancer, capsys):
+    X, y = cancer
+    SGBayesLogisticRegression(n_iter=50, n_chains=2, verbose=0, random_state=0).fit(X, y)
+    assert capsys.readouterr().err == ""
+    SGBayesLogisticRegression(n_iter=50, n_chains=2, verbose=10, random_state=0).fit(X, y)
+    assert "Done" in capsys.readouterr().err
+
+
 def test_multiclass_attributes():
     X, y = load_iris(return_X_y=True)
     X = StandardScaler().fit_transform(X)

@@ -133,12 +133,24 @@ class LinearPerExampleGradients(PerExampleGradients):
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def mean(self):
+        # Written into one preallocated vector: this runs once per sampler iteration, and
+        # concatenation and np.mean's overhead were a visible share of a small model's step.
         n = self.n_batch
-        # A single output uses a matrix-vector product (gemv) rather than a 1-column gemm.
-        w = self.X.T @ self.R[:, 0] / n if self.R.shape[1] == 1 else self.X.T @ self.R / n
-        b = self.R.mean(axis=0) if self.fit_intercept else None
-        e = self.extra.mean(axis=0) if self.extra is not None else None
-        return self._join(w, b, e)
+        D, K = self._shape
+        out = np.empty(self.n_params)
+        if K == 1:
+            # A matrix-vector product (gemv) rather than a one-column gemm.
+            out[: D * K] = self.X.T @ self.R[:, 0]
+        else:
+            out[: D * K] = np.asarray(self.X.T @ self.R).ravel()
+        pos = D * K
+        if self.fit_intercept:
+            out[pos : pos + K] = np.add.reduce(self.R, axis=0)
+            pos += K
+        if self.extra is not None:
+            out[pos:] = np.add.reduce(self.extra, axis=0)
+        out /= n
+        return out
 
     def matvec(self, v):
         W, b, e = self._parts(v)

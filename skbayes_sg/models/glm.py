@@ -51,10 +51,15 @@ class _GLM(Model):
         return W, b, theta[..., pos:]
 
     def _linear_predictor(self, theta, X):
+        D, K = self.n_features, self.n_outputs
+        if K == 1:
+            # Hot path of every minibatch step: a matrix-vector product (gemv, cheaper than
+            # a one-column gemm) on a view of theta, no unpacking.
+            z = X @ theta[:D]
+            if self.fit_intercept:
+                z += theta[D]
+            return z[:, None]
         W, b, _ = self.unpack(theta)
-        if W.shape[-1] == 1:
-            # A matrix-vector product (gemv) is cheaper than a one-column gemm.
-            return (X @ W[:, 0] + b[0])[:, None]
         return X @ W + b
 
     def _rows(self, idx):
