@@ -4,9 +4,10 @@
 >>> from skbayes_sg.samplers import SGHMC
 """
 
-from .exceptions import DivergenceError
+from .exceptions import DivergenceError, GradientNoiseWarning
 from .linear_model import SGBayesLinearRegression, SGBayesLogisticRegression
 
 __version__ = "0.1.0"
 
-__all__ = ["SGBayesLogisticRegression", "SGBayesLinearRegression", "DivergenceError", "__version__"]
+__all__ = ["SGBayesLogisticRegression", "SGBayesLinearRegression", "DivergenceError", "GradientNoiseWarning",
+           "__version__"]

@@ -11,6 +11,7 @@ import numpy as np
 from joblib import Parallel, delayed
 
 from .exceptions import DivergenceError
+from ._progress import progress_bar
 from .minibatch import MinibatchGradient
 
 # How often (in iterations) a chain is checked for non-finite values between stored
@@ -42,9 +43,13 @@ def draw_schedule(n_iter, n_burn, thin, max_draws):
     return eff_thin, n_kept // eff_thin
 
 
-def run_chain(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-              seed, step_size=None):
-    """Run one chain and return its draws after burn-in.
+class ChainRunner:
+    """One chain that can be advanced in chunks and resumed.
+
+    Holds everything the chain's future depends on (sampler state, its own random
+    generator, the minibatch queue, the draws so far), so that running it in one call or
+    in several chunks, in this process or a joblib worker, gives bit-identical draws:
+    progress reporting (which needs chunks) never changes the result.
 
     Parameters
     ----------
@@ -60,43 +65,74 @@ def run_chain(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size
     seed : numpy.random.SeedSequence
     step_size : float, optional
         ``h`` for a fresh chain.
-
-    Returns
-    -------
-    ChainResult
     """
-    rng = np.random.default_rng(seed)
-    target = MinibatchGradient(model, batch_size, batch_scheme)
-    if hasattr(start, "theta"):
-        state = start
-    else:
-        state = sampler.init_state(start, target, rng, step_size)
-    eff_thin, n_draws = draw_schedule(n_iter, n_burn, thin, max_draws)
-    draws = np.empty((n_draws, model.n_params))
-    stat_names = sampler._stat_names
-    stats = np.empty((n_draws, len(stat_names)))
-    k = 0
-    first_kept = n_burn + eff_thin - 1
-    # A diverging chain overflows before it is caught; the DivergenceError says so, so
-    # numpy's overflow warnings would only be noise.
-    with np.errstate(over="ignore", invalid="ignore"):
-        for t in range(n_iter):
-            state = sampler.step(state, target, rng)
-            keep = t >= first_kept and (t - first_kept) % eff_thin == 0 and k < n_draws
-            if keep or t % _CHECK_EVERY == 0:
-                _check_finite(state, sampler, t)
-            if keep:
-                draws[k] = state.theta
-                stats[k] = sampler.sample_stats(state)
-                k += 1
-    _check_finite(state, sampler, n_iter - 1)
-    return ChainResult(
-        draws=draws,
-        stats={name: stats[:, j] for j, name in enumerate(stat_names)},
-        state=state,
-        n_grad_evals=target.n_grad_evals,
-        summary=sampler.chain_summary(state),
-    )
+
+    def __init__(self, sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
+                 seed, step_size=None):
+        self.sampler = sampler
+        self.rng = np.random.default_rng(seed)
+        self.target = MinibatchGradient(model, batch_size, batch_scheme)
+        if hasattr(start, "theta"):
+            self.state = start
+        else:
+            self.state = sampler.init_state(start, self.target, self.rng, step_size)
+        self.n_iter, self.n_burn = n_iter, n_burn
+        self.eff_thin, n_draws = draw_schedule(n_iter, n_burn, thin, max_draws)
+        self.draws = np.empty((n_draws, model.n_params))
+        self.stats = np.empty((n_draws, len(sampler._stat_names)))
+        self.t = 0  # iterations done
+        self.k = 0  # draws stored
+        if n_burn == 0:
+            sampler.end_adaptation(self.state)
+
+    @property
+    def done(self):
+        return self.t >= self.n_iter
+
+    def advance(self, n_steps=None):
+        """Run up to ``n_steps`` more iterations (all remaining if None); return self."""
+        sampler, state, target, rng = self.sampler, self.state, self.target, self.rng
+        stop = self.n_iter if n_steps is None else min(self.n_iter, self.t + n_steps)
+        first_kept = self.n_burn + self.eff_thin - 1
+        n_draws = self.draws.shape[0]
+        # A diverging chain overflows before it is caught; the DivergenceError says so, so
+        # numpy's overflow warnings would only be noise.
+        with np.errstate(over="ignore", invalid="ignore"):
+            for t in range(self.t, stop):
+                state = sampler.step(state, target, rng)
+                if t + 1 == self.n_burn:
+                    sampler.end_adaptation(state)
+                keep = t >= first_kept and (t - first_kept) % self.eff_thin == 0 and self.k < n_draws
+                if keep or t % _CHECK_EVERY == 0:
+                    _check_finite(state, sampler, t)
+                if keep:
+                    self.draws[self.k] = state.theta
+                    self.stats[self.k] = sampler.sample_stats(state)
+                    self.k += 1
+        _check_finite(state, sampler, stop - 1)
+        self.state, self.t = state, stop
+        return self
+
+    def result(self):
+        """The finished chain's :class:`ChainResult`."""
+        return ChainResult(
+            draws=self.draws,
+            stats={name: self.stats[:, j] for j, name in enumerate(self.sampler._stat_names)},
+            state=self.state,
+            n_grad_evals=self.target.n_grad_evals,
+            summary=self.sampler.chain_summary(self.state),
+        )
+
+
+def run_chain(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
+              seed, step_size=None):
+    """Run one chain to the end and return its draws after burn-in (:class:`ChainResult`).
+
+    See :class:`ChainRunner` for the parameters.
+    """
+    runner = ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size,
+                         batch_scheme, seed, step_size)
+    return runner.advance().result()
 
 
 def _check_finite(state, sampler, t):
@@ -109,11 +145,28 @@ def _check_finite(state, sampler, t):
         )
 
 
+def _advance(runner, n_steps):
+    return runner.advance(n_steps)
+
+
 def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
                seeds, step_size=None, n_jobs=None, verbose=0):
-    """Run one chain per start in parallel; results in chain order."""
-    return Parallel(n_jobs=n_jobs, verbose=verbose)(
-        delayed(run_chain)(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size,
-                           batch_scheme, seed, step_size)
-        for start, seed in zip(starts, seeds)
-    )
+    """Run one chain per start in parallel with joblib; results in chain order.
+
+    With ``verbose > 0`` the chains advance in chunks of about a twentieth of ``n_iter``
+    and a progress bar across all chains is updated between chunks (the chains' own
+    randomness travels with them, so the draws are the same as in one call).
+    """
+    runners = [ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
+                           seed, step_size) for start, seed in zip(starts, seeds)]
+    if not verbose:
+        runners = Parallel(n_jobs=n_jobs)(delayed(_advance)(r, None) for r in runners)
+        return [r.result() for r in runners]
+    chunk = max(1, -(-n_iter // 20))
+    with Parallel(n_jobs=n_jobs) as parallel, progress_bar(
+            len(runners) * n_iter, f"{type(sampler).__name__}, {len(runners)} chains") as bar:
+        while not all(r.done for r in runners):
+            before = sum(r.t for r in runners)
+            runners = parallel(delayed(_advance)(r, chunk) for r in runners)
+            bar.update(sum(r.t for r in runners) - before)
+    return [r.result() for r in runners]

@@ -52,6 +52,9 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
             X, y_enc = X[perm], y_enc[perm]
         return self._fit(X, y_enc)
 
+    def _observed_targets(self):
+        return self.classes_[self._observed_y]
+
     def _check_X(self, X):
         check_is_fitted(self, "samples_")
         return validate_data(self, X, dtype=np.float64, reset=False)

@@ -11,17 +11,29 @@ from numbers import Integral, Real
 import numpy as np
 from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from . import diagnostics
 from ._chains import draw_schedule, run_chains
+from .exceptions import GradientNoiseWarning
 from .minibatch import BATCH_SCHEMES
 from .samplers import get_sampler
 
 #: Rows per minibatch with ``batch_size="auto"`` (as MLPClassifier's ``min(200, N)``).
 AUTO_BATCH_SIZE = 200
+
+#: ``fit`` warns (``ConvergenceWarning``) when a parameter's rank-normalised split R-hat
+#: exceeds this (Vehtari et al. 2021 recommend 1.01)...
+RHAT_MAX = 1.01
+#: ...or its bulk ESS falls below this many draws per chain (Vehtari et al. 2021: 100
+#: per chain, so 400 for four chains, for reliable R-hat and quantiles).
+ESS_MIN_PER_CHAIN = 100
+#: ``fit`` warns (``GradientNoiseWarning``) when the mean kinetic temperature is off its
+#: target by more than this fraction plus four Monte Carlo standard errors.
+KINETIC_TOLERANCE = 0.1
 
 # Upper bound on the floats one predictive chunk allocates (draws x rows x outputs).
 _PREDICT_CHUNK = 2**22
@@ -161,7 +173,10 @@ class BaseSGBayes(BaseEstimator):
         self.sample_weight_ = None
         self._model = model.without_data()
         self.diagnostics_ = self._diagnostics(results, draws, stats, info, n_grad, batch_size, eff_thin)
+        self._observed_y = y
         self._set_posterior_attributes(self._model)
+        self._warn_kinetic_temperature(sampler)
+        self._warn_convergence()
         return self
 
     def _fit_multilevel(self, sampler, model, batch_size):
@@ -182,6 +197,7 @@ class BaseSGBayes(BaseEstimator):
         self.n_iter_ = int(diag.get("n_iter", 0))
         self._model = model.without_data()
         self.diagnostics_ = dict(diag)
+        self._observed_y = None
         self._set_posterior_attributes(self._model)
         return self
 
@@ -205,6 +221,7 @@ class BaseSGBayes(BaseEstimator):
             "thin": eff_thin,
             "n_grad_evals": int(n_grad),
             "ess": summary["ess_bulk"],
+            "ess_tail": summary["ess_tail"],
             "rhat": summary["rhat"],
             "mcse_mean": summary["mcse_mean"],
         }
@@ -221,6 +238,113 @@ class BaseSGBayes(BaseEstimator):
                 UserWarning,
             )
         return diag
+
+    def _warn_kinetic_temperature(self, sampler):
+        kinetic = self.sample_stats_.get("kinetic_temperature")
+        T = getattr(sampler, "temperature", None)
+        if kinetic is None or T is None or kinetic.shape[1] < 4:
+            return
+        mean = float(kinetic.mean())
+        mcse = float(np.nan_to_num(diagnostics.mcse_mean(kinetic), nan=np.inf))
+        if abs(mean - T) > KINETIC_TOLERANCE * T + 4 * mcse:
+            self.diagnostics_["kinetic_temperature"] = mean
+            direction = "hotter" if mean > T else "colder"
+            warnings.warn(
+                f"{type(sampler).__name__}: the chains ran {direction} than the target: mean kinetic temperature "
+                f"{mean:.3g} against T = {T:g}, so the posterior variances are off by about that factor. Minibatch "
+                "gradient noise is not being dissipated: increase friction, decrease step_size, increase "
+                "batch_size, or use a sampler that controls the noise (sgnht, ccadl, mccadl).",
+                GradientNoiseWarning, stacklevel=3)
+
+    def _warn_convergence(self):
+        names = self._param_names()
+        rhat, ess = self.diagnostics_["rhat"], self.diagnostics_["ess"]
+        messages = []
+        with np.errstate(invalid="ignore"):
+            high = np.flatnonzero(rhat > RHAT_MAX)
+            floor = ESS_MIN_PER_CHAIN * self.samples_.shape[0]
+            low = np.flatnonzero(ess < floor)
+        if high.size:
+            worst = high[np.argsort(-rhat[high])][:3]
+            listed = ", ".join(f"{names[j]} {rhat[j]:.3f}" for j in worst)
+            messages.append(
+                f"split R-hat exceeds {RHAT_MAX} for {high.size} of {rhat.size} parameters (worst: {listed}): the "
+                "chains have not mixed. Run longer (n_iter, which lengthens burn-in too) or use a larger "
+                "step size.")
+        if low.size:
+            worst = low[np.argsort(ess[low])][:3]
+            listed = ", ".join(f"{names[j]} {ess[j]:.0f}" for j in worst)
+            messages.append(
+                f"bulk ESS is below {floor} ({ESS_MIN_PER_CHAIN} per chain) for {low.size} of {ess.size} "
+                f"parameters (lowest: {listed}): increase n_iter, or the step size if the chains move slowly.")
+        if messages:
+            warnings.warn(f"{type(self).__name__}: " + " Also, ".join(messages), ConvergenceWarning, stacklevel=3)
+
+    # -- inspection --------------------------------------------------------------------------
+    def _param_names(self):
+        check_is_fitted(self, "samples_")
+        features = getattr(self, "feature_names_in_", None)
+        return self._model.param_names(features, getattr(self, "classes_", None))
+
+    def summary(self, ci=0.9):
+        """Posterior summary per named parameter.
+
+        Parameters
+        ----------
+        ci : float, default=0.9
+            Level of the equal-tailed credible intervals.
+
+        Returns
+        -------
+        summary : skbayes_sg.diagnostics.PosteriorSummary
+            A dict of columns (``parameter``, ``mean``, ``sd``, ``ci_lower``, ``ci_upper``,
+            ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table.
+        """
+        return diagnostics.posterior_summary(self.samples_, self._param_names(), ci, self.sample_weight_)
+
+    def _posterior_variables(self):
+        """ArviZ posterior variables: ``{name: (array (chain, draw, ...), dims)}`` and coords."""
+        return {"theta": (self.samples_, ["parameter"])}, {"parameter": self._param_names()}
+
+    def to_inference_data(self):
+        """The draws as an ``arviz.InferenceData`` (arviz is an optional dependency).
+
+        Groups: ``posterior`` (named variables with ``chain`` and ``draw`` dimensions,
+        coordinates from ``feature_names_in_`` and ``classes_``), ``sample_stats`` (the
+        sampler's per-draw statistics, such as the thermostat ``xi`` or acceptance, and the
+        step size) and ``observed_data`` (the training targets).
+
+        Returns
+        -------
+        arviz.InferenceData
+
+        Raises
+        ------
+        ImportError
+            If arviz is not installed.
+        """
+        check_is_fitted(self, "samples_")
+        try:
+            import arviz as az
+        except ImportError:
+            raise ImportError(
+                "to_inference_data() needs arviz, an optional dependency: pip install arviz "
+                "(or pip install 'skbayes_sg[arviz]')."
+            ) from None
+        if self.sample_weight_ is not None:
+            raise ValueError("to_inference_data() needs equally weighted draws; a multilevel fit has signed "
+                             "weights (see sample_weight_).")
+        variables, coords = self._posterior_variables()
+        posterior = {name: array for name, (array, _) in variables.items()}
+        dims = {name: d for name, (_, d) in variables.items()}
+        stats = {name: values for name, values in self.sample_stats_.items()}
+        stats["step_size"] = np.full(self.samples_.shape[:2], self.diagnostics_.get("step_size", np.nan))
+        observed = None if self._observed_y is None else {"y": self._observed_targets()}
+        return az.from_dict(posterior=posterior, sample_stats=stats, observed_data=observed, coords=coords,
+                            dims=dims)
+
+    def _observed_targets(self):
+        return self._observed_y
 
     # -- draws ---------------------------------------------------------------------------
     def _flat_samples(self):

@@ -505,3 +505,90 @@ def summarize(samples):
     if scalar:
         return {k: float(v[0]) for k, v in out.items()}
     return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+
+
+class PosteriorSummary(dict):
+    """Per-parameter posterior summary: a dict of equal-length columns.
+
+    Keys: ``"parameter"`` (names), ``"mean"``, ``"sd"``, ``"ci_lower"``, ``"ci_upper"``
+    (equal-tailed credible interval of level :attr:`ci`), ``"ess_bulk"``, ``"ess_tail"``,
+    ``"r_hat"`` and ``"mcse_mean"``. ``str()`` formats it as a table, so
+    ``print(est.summary())`` reads like Stan's or ArviZ's summary without pandas
+    (``pandas.DataFrame(est.summary())`` gives a data frame where pandas is installed).
+
+    Attributes
+    ----------
+    ci : float
+        Level of the credible interval.
+    """
+
+    ci = 0.9
+
+    def to_string(self, max_rows=None):
+        """The table as text; ``max_rows`` keeps the first rows only."""
+        lo, hi = 50 * (1 - self.ci), 50 * (1 + self.ci)
+        headers = ["parameter", "mean", "sd", f"{lo:g}%", f"{hi:g}%", "ess_bulk", "ess_tail", "r_hat"]
+        keys = ["mean", "sd", "ci_lower", "ci_upper", "ess_bulk", "ess_tail", "r_hat"]
+        n = len(self["parameter"])
+        rows = range(n if max_rows is None else min(n, max_rows))
+        cells = [[str(self["parameter"][i])] + [_fmt(self[k][i], k) for k in keys] for i in rows]
+        widths = [max(len(h), *(len(c[j]) for c in cells)) if cells else len(h) for j, h in enumerate(headers)]
+        lines = ["  ".join(h.ljust(w) if j == 0 else h.rjust(w) for j, (h, w) in enumerate(zip(headers, widths)))]
+        for c in cells:
+            lines.append("  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(c, widths))))
+        if max_rows is not None and n > max_rows:
+            lines.append(f"... ({n - max_rows} more parameters)")
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.to_string()
+
+
+def _fmt(value, key):
+    if not np.isfinite(value):
+        return "nan"
+    if key.startswith("ess"):
+        return f"{value:.0f}"
+    if key == "r_hat":
+        return f"{value:.3f}"
+    return f"{value:.4g}"
+
+
+def posterior_summary(samples, names=None, ci=0.9, weights=None):
+    """Posterior means, sds, credible intervals and convergence diagnostics per parameter.
+
+    Parameters
+    ----------
+    samples : array_like of shape (n_chains, n_draws, n_params)
+    names : list of str, optional
+        Parameter names (``theta[j]`` by default).
+    ci : float, default=0.9
+        Level of the equal-tailed credible interval.
+    weights : array_like of shape (n_chains, n_draws), optional
+        Signed weights summing to one (multilevel estimates): means and sds are weighted;
+        quantiles and the chain diagnostics are undefined for signed weights and reported
+        as NaN.
+
+    Returns
+    -------
+    PosteriorSummary
+    """
+    samples = np.asarray(samples, dtype=float)
+    P = samples.shape[-1]
+    names = [f"theta[{j}]" for j in range(P)] if names is None else list(names)
+    out = PosteriorSummary(parameter=names)
+    out.ci = float(ci)
+    flat = samples.reshape(-1, P)
+    if weights is None:
+        diag = summarize(samples)
+        lower, upper = np.quantile(flat, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
+        out.update(mean=diag["mean"], sd=diag["sd"], ci_lower=lower, ci_upper=upper, ess_bulk=diag["ess_bulk"],
+                   ess_tail=diag["ess_tail"], r_hat=diag["rhat"], mcse_mean=diag["mcse_mean"])
+    else:
+        w = np.asarray(weights, dtype=float).reshape(-1)
+        mean = w @ flat
+        sd = np.sqrt(np.maximum(w @ (flat - mean) ** 2, 0.0))
+        nan = np.full(P, np.nan)
+        out.update(mean=mean, sd=sd, ci_lower=nan, ci_upper=nan, ess_bulk=nan, ess_tail=nan, r_hat=nan,
+                   mcse_mean=nan)
+    return out

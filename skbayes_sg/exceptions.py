@@ -1,6 +1,17 @@
 """Exceptions and warnings of skbayes_sg."""
 
 
+class GradientNoiseWarning(UserWarning):
+    """The chains ran hotter (or colder) than the target temperature.
+
+    Raised after ``fit`` when the mean kinetic temperature ``p'p / P`` of a momentum
+    sampler differs from ``T`` beyond Monte Carlo error. At stationarity it must equal
+    ``T`` (equipartition), so a departure measures the minibatch gradient noise that the
+    friction did not dissipate, and the posterior is too wide (or too narrow) by about
+    that factor in variance.
+    """
+
+
 class DivergenceError(RuntimeError):
     """A chain's state became non-finite.
 

@@ -145,6 +145,17 @@ class SGBayesLogisticRegression(BaseSGBayesClassifier):
         self.coef_ = self._posterior_mean(self.coef_samples_)
         self.intercept_ = self._posterior_mean(self.intercept_samples_)
 
+    def _posterior_variables(self):
+        C, D = self.samples_.shape[:2]
+        features = [str(f) for f in getattr(self, "feature_names_in_", [f"x{d}" for d in range(self.n_features_in_)])]
+        coef = self.coef_samples_.reshape(C, D, *self.coef_.shape)
+        intercept = self.intercept_samples_.reshape(C, D, *self.intercept_.shape)
+        if self.coef_.shape[0] == 1:
+            return ({"coef": (coef[:, :, 0], ["feature"]), "intercept": (intercept[:, :, 0], [])},
+                    {"feature": features})
+        return ({"coef": (coef, ["class", "feature"]), "intercept": (intercept, ["class"])},
+                {"feature": features, "class": [str(c) for c in self.classes_]})
+
     # Views of samples_, not copies: memory and pickles stay at one copy of the draws.
     @property
     def coef_samples_(self):
@@ -265,6 +276,15 @@ class SGBayesLinearRegression(RegressorMixin, BaseSGBayes):
             self.noise_precision_ = model.noise_precision
         else:
             self.noise_precision_ = float(self._posterior_mean(self.noise_precision_samples_))
+
+    def _posterior_variables(self):
+        C, D = self.samples_.shape[:2]
+        features = [str(f) for f in getattr(self, "feature_names_in_", [f"x{d}" for d in range(self.n_features_in_)])]
+        variables = {"coef": (self.coef_samples_.reshape(C, D, -1), ["feature"]),
+                     "intercept": (self.intercept_samples_.reshape(C, D), [])}
+        if self.noise_precision is None:
+            variables["noise_precision"] = (self.noise_precision_samples_.reshape(C, D), [])
+        return variables, {"feature": features}
 
     @property
     def coef_samples_(self):

@@ -73,12 +73,35 @@ def test_diagnostics_match_arviz_on_the_fitted_draws(cancer):
         assert clf.diagnostics_["ess"][j] == pytest.approx(float(az.ess(draws)), rel=1e-8)
 
 
-def test_verbose_reports_progress(cancer, capsys):
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_verbose_progress_bar_does_not_change_the_draws(cancer, capsys, n_jobs):
     X, y = cancer
-    SGBayesLogisticRegression(n_iter=50, n_chains=2, verbose=0, random_state=0).fit(X, y)
+    kw = dict(n_iter=100, n_chains=2, random_state=0, n_jobs=n_jobs)
+    quiet = SGBayesLogisticRegression(verbose=0, **kw).fit(X, y)
     assert capsys.readouterr().err == ""
-    SGBayesLogisticRegression(n_iter=50, n_chains=2, verbose=10, random_state=0).fit(X, y)
-    assert "Done" in capsys.readouterr().err
+    loud = SGBayesLogisticRegression(verbose=1, **kw).fit(X, y)
+    err = capsys.readouterr().err
+    assert "SGNHT, 2 chains" in err and "200/200" in err
+    np.testing.assert_array_equal(quiet.samples_, loud.samples_)
+
+
+def test_plain_progress_bar_without_tqdm(monkeypatch, capsys):
+    import builtins
+    from skbayes_sg._progress import progress_bar
+
+    real_import = builtins.__import__
+
+    def no_tqdm(name, *args, **kwargs):
+        if name.startswith("tqdm"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tqdm)
+    with progress_bar(400, "SGHMC, 4 chains") as bar:
+        bar.update(100)
+        bar.update(300)
+    line = capsys.readouterr().err.split("\r")[-1]
+    assert line.startswith("SGHMC, 4 chains: 400/400 iterations (100%)") and "it/s" in line
 
 
 def test_multiclass_attributes():

@@ -86,6 +86,10 @@ class Model:
         gm = self.grad_log_posterior(theta - eps * v)
         return -(gp - gm) / (2 * eps)
 
+    def param_names(self, feature_names=None, class_names=None):
+        """A readable name for each of the P coordinates of ``theta`` (``theta[j]`` by default)."""
+        return [f"theta[{j}]" for j in range(self.n_params)]
+
     # -- start and predictive -------------------------------------------------------
     def initial_point(self):
         """A default starting point, shape (P,): zeros unless a model needs otherwise."""

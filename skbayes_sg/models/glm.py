@@ -50,6 +50,22 @@ class _GLM(Model):
             b = np.zeros((*lead, K))
         return W, b, theta[..., pos:]
 
+    def param_names(self, feature_names=None, class_names=None):
+        """Names in ``theta``'s order: ``coef[feature]`` (``coef[class, feature]`` for
+        several outputs), ``intercept`` (``intercept[class]``) and the extra coordinates."""
+        D, K = self.n_features, self.n_outputs
+        feats = [f"x{d}" for d in range(D)] if feature_names is None else [str(f) for f in feature_names]
+        if K == 1:
+            names = [f"coef[{f}]" for f in feats] + (["intercept"] if self.fit_intercept else [])
+        else:
+            classes = [str(c) for c in (range(K) if class_names is None else class_names)]
+            names = [f"coef[{c}, {f}]" for f in feats for c in classes]
+            names += [f"intercept[{c}]" for c in classes] if self.fit_intercept else []
+        return names + self._extra_names()
+
+    def _extra_names(self):
+        return []
+
     def _linear_predictor(self, theta, X):
         D, K = self.n_features, self.n_outputs
         if K == 1:
@@ -210,6 +226,9 @@ class LinearRegressionModel(_GLM):
         self._n_extra = 0 if noise_precision is not None else 1
         super().__init__(X, None if y is None else np.asarray(y, dtype=float), alpha=alpha,
                          fit_intercept=fit_intercept, n_outputs=1)
+
+    def _extra_names(self):
+        return ["log_noise_precision"] if self.noise_precision is None else []
 
     @property
     def samples_noise_precision(self):

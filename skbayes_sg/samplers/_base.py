@@ -82,6 +82,13 @@ class BaseSampler(BaseEstimator):
         """Advance ``state`` by one iteration (may update its arrays in place)."""
         raise NotImplementedError
 
+    def end_adaptation(self, state):
+        """Called once when burn-in ends: freeze anything adapted during burn-in.
+
+        The kept draws then come from a fixed Markov kernel. The default does nothing;
+        adaptive samplers (gadMALA, gadRWM) override it.
+        """
+
     def sample_stats(self, state):
         """Per-draw statistics, a tuple aligned with ``_stat_names``."""
         return ()

@@ -1,0 +1,121 @@
+"""What a fitted estimator tells its user: convergence warnings, summary(), ArviZ export."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import StandardScaler
+
+from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
+from skbayes_sg.diagnostics import posterior_summary
+from skbayes_sg.samplers import SGLD
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    data = load_breast_cancer(as_frame=True)
+    X = StandardScaler().set_output(transform="pandas").fit_transform(data.data)
+    return X, data.target.map({0: "malignant", 1: "benign"}).to_numpy()
+
+
+def test_unmixed_chains_warn_naming_the_worst_parameters(cancer):
+    X, y = cancer
+    # A tiny SGLD step barely moves the chains: R-hat and ESS both fail.
+    clf = SGBayesLogisticRegression(sampler=SGLD(step_size=1e-6), n_iter=200, n_chains=3, init="zeros",
+                                    random_state=0)
+    with pytest.warns(ConvergenceWarning, match=r"split R-hat exceeds 1.01 .*worst: coef\[.*\].*n_iter") as rec:
+        clf.fit(X, y)
+    assert "bulk ESS is below 300 (100 per chain)" in str(rec[0].message)
+
+
+def test_well_mixed_chains_do_not_warn():
+    import warnings
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 2))
+    y = X @ [1.0, -1.0] + rng.normal(size=300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SGBayesLinearRegression(noise_precision=1.0, n_iter=6000, n_chains=4, random_state=0).fit(X, y)
+
+
+def test_hot_sghmc_chains_warn_about_gradient_noise():
+    """With friction 1 and the auto step, h Sigma / (2 A) ~ 2.5 here: kinetic temperature ~ 3."""
+    from skbayes_sg import GradientNoiseWarning
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 2))
+    y = X @ [1.0, -1.0] + rng.normal(size=300)
+    from skbayes_sg.samplers import SGHMC
+
+    est = SGBayesLinearRegression(sampler=SGHMC(), noise_precision=1.0, n_iter=3000, n_chains=2, random_state=0)
+    with pytest.warns(GradientNoiseWarning, match=r"ran hotter .*kinetic temperature [2-4]\.\d+ against T = 1"):
+        est.fit(X, y)
+    # A step small enough that friction 10 both dissipates the noise (h Sigma / (2 A) ~ 0.02)
+    # and keeps the Euler friction step's own bias 1 / (1 - h A / 2) small: no warning, and
+    # the kinetic temperature is back at T.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GradientNoiseWarning)
+        est.set_params(sampler__friction=10.0, sampler__step_size=1e-3, n_iter=8000).fit(X, y)
+    assert abs(est.sample_stats_["kinetic_temperature"].mean() - 1.0) < 0.1
+
+
+def test_summary_table_matches_draws(cancer):
+    X, y = cancer
+    clf = SGBayesLogisticRegression(n_iter=600, n_chains=2, random_state=0).fit(X, y)
+    s = clf.summary(ci=0.8)
+    assert s["parameter"][0] == "coef[mean radius]" and s["parameter"][-1] == "intercept"
+    flat = clf.samples_.reshape(-1, clf.samples_.shape[-1])
+    np.testing.assert_allclose(s["mean"], flat.mean(axis=0))
+    np.testing.assert_allclose(s["ci_lower"], np.quantile(flat, 0.1, axis=0))
+    np.testing.assert_allclose(s["r_hat"], clf.diagnostics_["rhat"])
+    text = str(s)
+    assert text.splitlines()[0].split() == ["parameter", "mean", "sd", "10%", "90%", "ess_bulk", "ess_tail",
+                                            "r_hat"]
+    assert len(text.splitlines()) == 1 + X.shape[1] + 1
+
+
+def test_weighted_summary_uses_weights():
+    draws = np.array([[[0.0], [1.0], [3.0]]])
+    s = posterior_summary(draws, ["a"], weights=np.array([[0.5, 0.75, -0.25]]))
+    assert s["mean"][0] == pytest.approx(0.0)
+    assert np.isnan(s["r_hat"][0]) and np.isnan(s["ci_lower"][0])
+
+
+def test_to_inference_data(cancer):
+    az = pytest.importorskip("arviz")
+    X, y = cancer
+    clf = SGBayesLogisticRegression(n_iter=300, n_chains=2, random_state=0).fit(X, y)
+    idata = clf.to_inference_data()
+    assert isinstance(idata, az.InferenceData)
+    coef = idata.posterior["coef"]
+    assert coef.dims == ("chain", "draw", "feature") and coef.shape == (2, 240, 30)
+    assert list(coef.coords["feature"].values[:2]) == ["mean radius", "mean texture"]
+    np.testing.assert_array_equal(coef.values, clf.samples_[:, :, :30])
+    assert set(idata.sample_stats.data_vars) >= {"xi", "kinetic_temperature", "step_size"}
+    assert list(idata.observed_data["y"].values[:3]) == list(y[:3])
+    summary = az.summary(idata, var_names=["intercept"])
+    assert summary["r_hat"].iloc[0] == pytest.approx(clf.diagnostics_["rhat"][-1], abs=0.011)
+
+
+def test_to_inference_data_multiclass_and_regression():
+    pytest.importorskip("arviz")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(90, 2))
+    clf = SGBayesLogisticRegression(n_iter=100, n_chains=2, random_state=0).fit(X, np.arange(90) % 3)
+    assert clf.to_inference_data().posterior["coef"].dims == ("chain", "draw", "class", "feature")
+    reg = SGBayesLinearRegression(n_iter=100, n_chains=2, random_state=0).fit(X, X @ [1.0, 2.0])
+    post = reg.to_inference_data().posterior
+    assert set(post.data_vars) == {"coef", "intercept", "noise_precision"}
+
+
+def test_to_inference_data_without_arviz(cancer, monkeypatch):
+    import sys
+
+    X, y = cancer
+    clf = SGBayesLogisticRegression(n_iter=50, n_chains=1, random_state=0).fit(X, y)
+    monkeypatch.setitem(sys.modules, "arviz", None)
+    with pytest.raises(ImportError, match="pip install arviz"):
+        clf.to_inference_data()
