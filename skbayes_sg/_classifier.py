@@ -33,7 +33,7 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         self : object
         """
         first = not (self.warm_start and hasattr(self, "classes_"))
-        X, y = validate_data(self, X, y, dtype=np.float64, reset=first, y_numeric=False)
+        X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=False)
         check_classification_targets(y)
         classes, y_enc = np.unique(y, return_inverse=True)
         if classes.size < 2:
@@ -57,7 +57,7 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
 
     def _check_X(self, X):
         check_is_fitted(self, "samples_")
-        return validate_data(self, X, dtype=np.float64, reset=False)
+        return validate_data(self, X, dtype=np.float64, accept_sparse="csr", reset=False)
 
     def predict_proba_samples(self, X):
         """Class probabilities under each posterior draw.

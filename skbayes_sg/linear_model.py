@@ -257,7 +257,7 @@ class SGBayesLinearRegression(RegressorMixin, BaseSGBayes):
         self : object
         """
         first = not (self.warm_start and hasattr(self, "samples_"))
-        X, y = validate_data(self, X, y, dtype=np.float64, reset=first, y_numeric=True)
+        X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
         if self.batch_scheme == "epochs":
             perm = epoch_permutation(self.random_state, X.shape[0])
             X, y = X[perm], y[perm]
@@ -320,7 +320,7 @@ class SGBayesLinearRegression(RegressorMixin, BaseSGBayes):
             Only when ``return_std`` is True.
         """
         check_is_fitted(self, "samples_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = validate_data(self, X, dtype=np.float64, accept_sparse="csr", reset=False)
         mu = self._model.predict_draws(self._flat_samples(), X)
         mean = self._posterior_mean(mu)
         if not return_std:
@@ -346,7 +346,7 @@ class SGBayesLinearRegression(RegressorMixin, BaseSGBayes):
         y_samples : ndarray of shape (n_samples_X, n_samples)
         """
         check_is_fitted(self, "samples_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = validate_data(self, X, dtype=np.float64, accept_sparse="csr", reset=False)
         rng = check_random_state(random_state)
         thetas = self._flat_samples()
         pick = rng.randint(0, thetas.shape[0], size=n_samples)

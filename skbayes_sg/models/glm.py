@@ -193,8 +193,10 @@ class SoftmaxModel(_GLM):
     def predict_draws(self, thetas, X):
         """Class probabilities per draw, shape (S, n, K)."""
         W, b, _ = self.unpack(thetas)
-        Z = np.einsum("nd,sdk->snk", X, W) + b[:, None, :]
-        return softmax(Z, axis=-1)
+        S, D, K = W.shape
+        # One (n, D) @ (D, S K) product, which a sparse X supports too.
+        Z = np.asarray(X @ W.transpose(1, 0, 2).reshape(D, S * K)).reshape(-1, S, K).transpose(1, 0, 2)
+        return softmax(Z + b[:, None, :], axis=-1)
 
 
 class LinearRegressionModel(_GLM):
