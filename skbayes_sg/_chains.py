@@ -145,8 +145,17 @@ def _check_finite(state, sampler, t):
         )
 
 
-def _advance(runner, n_steps):
-    return runner.advance(n_steps)
+def _advance(runner, model, n_steps):
+    # The model (and so X) travels as its own argument, shared by every task, and not
+    # inside the runner: joblib's dask backend scatters it once per worker and loky
+    # memmaps it once, where a runner carrying it would ship X once per chain and
+    # pickle it back with every result.
+    runner.target.model = model
+    try:
+        runner.advance(n_steps)
+    finally:
+        runner.target.model = None
+    return runner
 
 
 def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
@@ -159,14 +168,16 @@ def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_si
     """
     runners = [ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
                            seed, step_size) for start, seed in zip(starts, seeds)]
+    for r in runners:
+        r.target.model = None
     if not verbose:
-        runners = Parallel(n_jobs=n_jobs)(delayed(_advance)(r, None) for r in runners)
+        runners = Parallel(n_jobs=n_jobs)(delayed(_advance)(r, model, None) for r in runners)
         return [r.result() for r in runners]
     chunk = max(1, -(-n_iter // 20))
     with Parallel(n_jobs=n_jobs) as parallel, progress_bar(
             len(runners) * n_iter, f"{type(sampler).__name__}, {len(runners)} chains") as bar:
         while not all(r.done for r in runners):
             before = sum(r.t for r in runners)
-            runners = parallel(delayed(_advance)(r, chunk) for r in runners)
+            runners = parallel(delayed(_advance)(r, model, chunk) for r in runners)
             bar.update(sum(r.t for r in runners) - before)
     return [r.result() for r in runners]

@@ -99,6 +99,21 @@ class Model:
         """Predictive quantities for each draw in ``thetas`` (S, P) at rows ``X``."""
         raise NotImplementedError
 
+    def __sizeof__(self):
+        # Count the data a model holds: sys.getsizeof (and so dask's sizeof, which joblib's
+        # dask backend uses to decide what to scatter once to the workers) would otherwise
+        # see a few dozen bytes and send the data again with every task.
+        size = object.__sizeof__(self)
+        for name in getattr(self, "_data_attributes", ()):
+            value = getattr(self, name, None)
+            if value is None:
+                continue
+            if hasattr(value, "data") and hasattr(value, "indices"):  # scipy.sparse
+                size += value.data.nbytes + value.indices.nbytes + value.indptr.nbytes
+            else:
+                size += getattr(value, "nbytes", 0)
+        return size
+
     def without_data(self):
         """A shallow copy holding no training data, for prediction after fit."""
         clone = copy.copy(self)

@@ -1,0 +1,65 @@
+"""Chains on a dask.distributed cluster (on loopback) through joblib's dask backend."""
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from joblib import parallel_config  # noqa: E402
+
+from skbayes_sg import SGBayesLogisticRegression  # noqa: E402
+from skbayes_sg._chains import run_chains  # noqa: E402
+from skbayes_sg.models import LinearRegressionModel  # noqa: E402
+from skbayes_sg.samplers import SGNHT  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None, silence_logs=50)
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 8))
+    return X, (X @ rng.normal(size=8) + rng.normal(size=2000) > 0).astype(int)
+
+
+@pytest.mark.parametrize("verbose", [0, 1])
+def test_dask_backend_gives_the_local_draws(client, verbose):
+    X, y = _data()
+    kw = dict(n_iter=300, n_chains=4, random_state=7, verbose=verbose)
+    local = SGBayesLogisticRegression(**kw).fit(X, y)
+    with parallel_config(backend="dask"):
+        remote = SGBayesLogisticRegression(n_jobs=-1, **kw).fit(X, y)
+    np.testing.assert_array_equal(remote.samples_, local.samples_)
+    np.testing.assert_array_equal(remote.predict_proba(X[:5]), local.predict_proba(X[:5]))
+
+
+_PICKLES = []
+
+
+class CountingModel(LinearRegressionModel):
+    """Counts how often it is pickled in this (the client's) process."""
+
+    def __reduce__(self):
+        _PICKLES.append(1)
+        return (_rebuild, (self.X, self.y))
+
+
+def _rebuild(X, y):
+    return CountingModel(X, y, noise_precision=1.0)
+
+
+def test_model_is_sent_once_not_once_per_chain(client):
+    X, y = _data()
+    model = CountingModel(X, y.astype(float), noise_precision=1.0)
+    seeds = np.random.SeedSequence(0).spawn(4)
+    _PICKLES.clear()
+    with parallel_config(backend="dask"):
+        run_chains(SGNHT(), model, [np.zeros(model.n_params)] * 4, 50, 10, 1, None, 100, "replacement", seeds,
+                   step_size=1e-3, n_jobs=-1)
+    assert len(_PICKLES) == 1
