@@ -47,10 +47,52 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
                 f"{self.classes_.tolist()}; refit with warm_start=False."
             )
         self.classes_ = classes
+        self._seen_X = self._seen_y = None
         if self.batch_scheme == "epochs":
             perm = epoch_permutation(self.random_state, X.shape[0])
             X, y_enc = X[perm], y_enc[perm]
         return self._fit(X, y_enc)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y, classes=None):
+        """Continue the chains on a new chunk of data (online Bayesian learning).
+
+        Each call targets the posterior given *all the data seen so far* (the chunks of
+        every call since the first): the chains continue from their states for ``n_iter``
+        more iterations (burn-in only on the first call), with minibatches drawn from all
+        the data seen, ``N`` growing as chunks arrive, and an ``"auto"`` step size re-set
+        for the larger ``N``. ``samples_`` then holds this call's draws. The estimator keeps
+        the data seen (the posterior depends on all of it), so memory grows with it; a
+        ``fit`` starts over. After a ``fit`` (which keeps no data), ``partial_fit`` continues
+        its chains, with the data seen starting at this chunk.
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        classes : array-like of shape (n_classes,), default=None
+            Every class that can appear; required on the first call (a chunk may not show
+            them all), ignored afterwards.
+
+        Returns
+        -------
+        self : object
+        """
+        first = not hasattr(self, "classes_")
+        X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=False)
+        check_classification_targets(y)
+        if first:
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit (every label the "
+                                 "stream can contain, e.g. classes=np.unique(y_all)).")
+            self.classes_ = np.unique(classes)
+            if self.classes_.size < 2:
+                raise ValueError(f"{type(self).__name__} needs at least 2 classes; got classes={classes!r}.")
+        unknown = np.setdiff1d(np.unique(y), self.classes_)
+        if unknown.size:
+            raise ValueError(f"y contains labels {unknown.tolist()} not in classes_ {self.classes_.tolist()}.")
+        X_all, y_all = self._accumulate(X, np.searchsorted(self.classes_, y))
+        return self._fit(X_all, y_all, streaming=True)
 
     def _observed_targets(self):
         return self.classes_[self._observed_y]

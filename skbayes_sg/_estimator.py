@@ -9,6 +9,7 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
@@ -125,17 +126,31 @@ class BaseSGBayes(BaseEstimator):
         # A continuation (warm_start) gets fresh streams, not a replay of the first fit's.
         return np.random.SeedSequence([int(entropy), int(fit_round)]).spawn(self.n_chains)
 
-    def _fit(self, X, y):
-        """Run the chains on validated ``X``, encoded ``y``; set the fitted attributes."""
+    def _fit(self, X, y, streaming=False):
+        """Run the chains on validated ``X``, encoded ``y``; set the fitted attributes.
+
+        ``streaming`` (``partial_fit``): continue the chains, when there are any, on the
+        data seen so far, re-resolving an ``"auto"`` step size for the grown N, and keep
+        only this call's draws (they alone target the current posterior).
+        """
         sampler = get_sampler(self.sampler)
         model = self._build_model(X, y)
         batch_size = self._batch_size(sampler, model.n_samples)
         if getattr(sampler, "is_multilevel", False):
+            if streaming:
+                raise ValueError("partial_fit does not support multilevel samplers; use fit.")
             return self._fit_multilevel(sampler, model, batch_size)
-        resume = self.warm_start and hasattr(self, "_chain_states") and self._can_resume(sampler, model)
+        can_resume = hasattr(self, "_chain_states") and self._can_resume(sampler, model)
+        resume = (self.warm_start or streaming) and can_resume
         if resume:
             n_burn, starts, step_size, info = 0, self._chain_states, None, {}
             fit_round = self._fit_round + 1
+            if streaming and isinstance(getattr(sampler, "step_size", None), str):
+                # The posterior sharpens as N grows: the step that was stable on the first
+                # chunks can diverge now, so the auto rule runs again at the chains' states.
+                step_size, info = sampler.resolve_step_size(model, starts[0].theta)
+                for state in starts:
+                    state.step_size = step_size
         else:
             n_burn = self._n_burn()
             starts = self._initial_points(model)
@@ -150,7 +165,10 @@ class BaseSGBayes(BaseEstimator):
         )
         draws = np.stack([r.draws for r in results])
         stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
-        if resume:
+        if resume and streaming:
+            n_grad = self.diagnostics_["n_grad_evals"] + sum(r.n_grad_evals for r in results)
+            self.n_iter_ += self.n_iter
+        elif resume:
             draws = np.concatenate([self.samples_, draws], axis=1)
             stats = {k: np.concatenate([self.sample_stats_[k], v], axis=1) for k, v in stats.items()}
             if self.max_draws is not None and draws.shape[1] > self.max_draws:
@@ -178,6 +196,18 @@ class BaseSGBayes(BaseEstimator):
         self._warn_kinetic_temperature(sampler)
         self._warn_convergence()
         return self
+
+    def _accumulate(self, X, y):
+        """Append a chunk to the data seen by ``partial_fit``; return all of it."""
+        if getattr(self, "_seen_X", None) is None:
+            self._seen_X, self._seen_y = X, y
+        else:
+            if sp.issparse(X) or sp.issparse(self._seen_X):
+                self._seen_X = sp.vstack([self._seen_X, X], format="csr")
+            else:
+                self._seen_X = np.concatenate([self._seen_X, X])
+            self._seen_y = np.concatenate([self._seen_y, y])
+        return self._seen_X, self._seen_y
 
     def _fit_multilevel(self, sampler, model, batch_size):
         """Fit by a multilevel estimator: signed-weight draws instead of chains.

@@ -258,10 +258,38 @@ class SGBayesLinearRegression(RegressorMixin, BaseSGBayes):
         """
         first = not (self.warm_start and hasattr(self, "samples_"))
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
+        self._seen_X = self._seen_y = None
         if self.batch_scheme == "epochs":
             perm = epoch_permutation(self.random_state, X.shape[0])
             X, y = X[perm], y[perm]
         return self._fit(X, y)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y):
+        """Continue the chains on a new chunk of data (online Bayesian learning).
+
+        Each call targets the posterior given *all the data seen so far*: the chains
+        continue from their states for ``n_iter`` more iterations (burn-in only on the first
+        call), with minibatches drawn from all the data seen, ``N`` growing as chunks arrive,
+        and an ``"auto"`` step size re-set for the larger ``N``. ``samples_`` then holds this
+        call's draws. The estimator keeps the data seen (the posterior depends on all of
+        it), so memory grows with it; a ``fit`` starts over. After a ``fit`` (which keeps no
+        data), ``partial_fit`` continues its chains, with the data seen starting at this
+        chunk.
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+
+        Returns
+        -------
+        self : object
+        """
+        first = not hasattr(self, "samples_")
+        X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
+        X_all, y_all = self._accumulate(X, y)
+        return self._fit(X_all, y_all, streaming=True)
 
     def _build_model(self, X, y):
         return LinearRegressionModel(
