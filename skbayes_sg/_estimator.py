@@ -332,11 +332,6 @@ class BaseSGBayes(BaseEstimator):
         """
         return diagnostics.posterior_summary(self.samples_, self._param_names(), ci, self.sample_weight_)
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
     def _posterior_variables(self):
         """ArviZ posterior variables: ``{name: (array (chain, draw, ...), dims)}`` and coords."""
         return {"theta": (self.samples_, ["parameter"])}, {"parameter": self._param_names()}

@@ -78,7 +78,16 @@ _ATTR_DOC = """
         ``batch_size``, ``thin`` and sampler-specific entries."""
 
 
-class SGBayesLogisticRegression(BaseSGBayesClassifier):
+class _SparseInput:
+    """Mixin: the GLM operators work on CSR minibatches, so sparse X is accepted."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     __doc__ = f"""Bayesian logistic regression sampled by stochastic-gradient MCMC.
 
     Binary labels (any two values) use the logistic likelihood; more than two classes the
@@ -170,7 +179,7 @@ class SGBayesLogisticRegression(BaseSGBayesClassifier):
         return b
 
 
-class SGBayesLinearRegression(RegressorMixin, BaseSGBayes):
+class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     __doc__ = f"""Bayesian linear regression sampled by stochastic-gradient MCMC.
 
     ``y = X w + b + e`` with Gaussian noise ``e ~ N(0, 1 / tau)`` and an isotropic Gaussian
