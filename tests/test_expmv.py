@@ -1,0 +1,120 @@
+"""The C step of mCCAdL: Al-Mohy & Higham's truncated Taylor ``exp(t A) b`` against
+``scipy.linalg.expm`` and ``scipy.sparse.linalg.expm_multiply``."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+from scipy.sparse.linalg import LinearOperator, expm_multiply
+
+from skbayes_sg.models._gradients import DensePerExampleGradients
+from skbayes_sg.samplers._expmv import NoiseCovariance, c_step, expmv, select_degree, taylor_thetas
+
+# Al-Mohy & Higham (2011), Table 3.1: theta_m for m = 5, 10, ..., 55.
+TABLE_3_1 = {
+    2.0**-24: [1.3e-1, 1.0e0, 2.2e0, 3.6e0, 4.9e0, 6.3e0, 7.7e0, 9.1e0, 1.1e1, 1.2e1, 1.3e1],
+    2.0**-53: [2.4e-3, 1.4e-1, 6.4e-1, 1.4e0, 2.4e0, 3.5e0, 4.7e0, 6.0e0, 7.2e0, 8.5e0, 9.9e0],
+}
+
+
+@pytest.mark.parametrize("tol", sorted(TABLE_3_1))
+def test_thetas_match_al_mohy_higham_table(tol):
+    thetas = taylor_thetas(tol, 55)
+    np.testing.assert_allclose(thetas[4::5], TABLE_3_1[tol], rtol=0.05)
+
+
+def test_select_degree_minimises_products():
+    thetas = taylor_thetas(2.0**-10, 30)
+    for norm in (1e-4, 0.05, 0.3, 1.0, 4.0, 20.0, 300.0):
+        m, s = select_degree(norm, 2.0**-10)
+        assert norm / s <= thetas[m - 1]
+        brute = min(k * max(np.ceil(norm / thetas[k - 1]), 1) for k in range(1, 31))
+        assert m * s == brute
+    assert select_degree(0.0) == (0, 1)
+
+
+def _problem(seed, n, P, spread):
+    rng = np.random.default_rng(seed)
+    G = rng.normal(size=(n, P)) * rng.gamma(1.0, size=P) * spread
+    return DensePerExampleGradients(G), rng.normal(size=P)
+
+
+@pytest.mark.parametrize("tol", [2.0**-10, 2.0**-24, 2.0**-53])
+@pytest.mark.parametrize("seed,n,P,scale", [(0, 30, 8, 0.01), (1, 50, 20, 0.3), (2, 200, 40, 0.2),
+                                            (3, 15, 30, 2.0), (4, 400, 60, 0.002)])
+@pytest.mark.parametrize("power", [False, True])
+def test_c_step_matches_dense_expm(tol, seed, n, P, scale, power):
+    """exp(-scale Sigma) p within the requested tolerance, Sigma = c V never formed."""
+    grads, p = _problem(seed, n, P, 1.0)
+    noise_scale = 3.0
+    Sigma = noise_scale * np.cov(grads.G.T)
+    exact = scipy.linalg.expm(-scale * Sigma) @ p
+    eig = np.zeros(P) if power else None
+    f, n_prod = c_step(p, grads, noise_scale, 1.0, scale, tol=tol, eigvec=eig)
+    # backward error tol on ||t A|| translates into a forward error of about tol ||t A||
+    bound = tol * max(1.0, np.linalg.norm(scale * Sigma, 2)) * 10
+    assert np.linalg.norm(f - exact) <= bound * np.linalg.norm(p), (np.linalg.norm(f - exact), n_prod)
+    assert n_prod > 0
+
+
+def test_expmv_generic_matrix_with_shift():
+    """The generic routine on a symmetric indefinite matrix with a large trace."""
+    rng = np.random.default_rng(5)
+    B = rng.normal(size=(25, 25))
+    A = -(B @ B.T) / 10 - 3.0 * np.eye(25)
+    b = rng.normal(size=25)
+    shifted = A - np.trace(A) / 25 * np.eye(25)
+    f, _ = expmv(0.7, lambda v: A @ v, b, np.trace(A), np.linalg.norm(shifted, 2), tol=2.0**-53)
+    np.testing.assert_allclose(f, scipy.linalg.expm(0.7 * A) @ b, rtol=1e-12, atol=1e-13)
+
+
+def test_noise_covariance_operator():
+    grads, v = _problem(7, 40, 12, 1.0)
+    cov = NoiseCovariance(grads, 5.0, coef=-0.5)
+    Sigma = -0.5 * 5.0 * np.cov(grads.G.T)
+    np.testing.assert_allclose(cov.matvec(v), Sigma @ v, rtol=1e-12)
+    assert cov.trace() == pytest.approx(np.trace(Sigma), rel=1e-12)
+    u = np.ones(12) / np.sqrt(12)
+    lam, _ = cov.largest_eigenvalue(u, n_iter=200, rtol=1e-10)
+    assert lam == pytest.approx(np.abs(np.linalg.eigvalsh(Sigma)).max(), rel=1e-6)
+
+
+def test_fewer_products_than_scipy_expm_multiply_at_equal_accuracy():
+    """scipy's expm_multiply on a LinearOperator (double precision, onenormest) against
+    ours at double precision: same accuracy, fewer products with Sigma."""
+    grads, p = _problem(11, 300, 50, 1.0)
+    noise_scale, scale = 2.0, 0.05
+    Sigma = noise_scale * np.cov(grads.G.T)
+    exact = scipy.linalg.expm(-scale * Sigma) @ p
+    cov = NoiseCovariance(grads, noise_scale, -scale)
+    count = [0]
+
+    def mv(v):
+        count[0] += 1
+        return cov.matvec(np.ravel(v))
+
+    def mm(V):
+        count[0] += V.shape[1]
+        return np.column_stack([cov.matvec(V[:, j]) for j in range(V.shape[1])])
+
+    op = LinearOperator((50, 50), matvec=mv, rmatvec=mv, matmat=mm, dtype=float)
+    ref = expm_multiply(op, p, traceA=cov.trace())
+    scipy_products = count[0]
+    ours, n_prod = c_step(p, grads, noise_scale, 1.0, scale, tol=2.0**-53, eigvec=np.zeros(50))
+    err_ours = np.linalg.norm(ours - exact) / np.linalg.norm(exact)
+    err_scipy = np.linalg.norm(ref - exact) / np.linalg.norm(exact)
+    assert err_ours <= max(10 * err_scipy, 1e-13)
+    assert n_prod < scipy_products
+
+
+def test_underestimated_norm_is_caught_by_term_growth():
+    """A norm estimate 20x too small would pick s = 1 and a low degree, and the truncated
+    series of exp(-x) at large x grows without bound; the growth check restarts it."""
+    grads, p = _problem(3, 15, 30, 1.0)
+    Sigma = 3.0 * np.cov(grads.G.T)
+    cov = NoiseCovariance(grads, 3.0, -2.0)
+    A = -2.0 * Sigma
+    shifted = A - np.trace(A) / 30 * np.eye(30)
+    true_norm = np.linalg.norm(shifted, 2)
+    exact = scipy.linalg.expm(A) @ p
+    f, _ = expmv(1.0, cov.matvec, p, np.trace(A), true_norm / 20, tol=2.0**-24, norm_bound=10 * true_norm)
+    assert np.linalg.norm(f - exact) <= 1e-5 * np.linalg.norm(p)

@@ -1,0 +1,146 @@
+"""mCCAdL (Wei & Shang 2026, Algorithm 1, BAODCDOAB): exact Gaussian posterior, thermostat
+equilibrium, one gradient per iteration, and the Normal-Gamma comparison of CCAdL's Table 1."""
+
+import numpy as np
+import pytest
+
+from skbayes_sg import SGBayesLinearRegression
+from skbayes_sg._chains import run_chain
+from skbayes_sg.diagnostics import ess_bulk, mcse_mean
+from skbayes_sg.minibatch import MinibatchGradient
+from skbayes_sg.models import LinearRegressionModel, NormalGammaModel
+from skbayes_sg.samplers import MCCAdL, SGHMC, SGNHT, get_sampler
+
+
+def _linreg_problem(seed=0, N=200, D=2, tau=1.0, alpha=1.0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, D))
+    y = X @ np.array([1.0, -0.5])[:D] + 0.3 + rng.normal(size=N) / np.sqrt(tau)
+    model = LinearRegressionModel(X, y, alpha=alpha, noise_precision=tau)
+    Xa = np.column_stack([X, np.ones(N)])  # intercept as a column of ones, same prior
+    S = np.linalg.inv(tau * Xa.T @ Xa + alpha * np.eye(D + 1))
+    m = tau * S @ Xa.T @ y
+    return X, y, model, m, S
+
+
+def _run(sampler, model, start, n_iter, batch_size, seeds, h):
+    results = [run_chain(sampler, model, start, n_iter, n_iter // 5, 1, n_iter, batch_size, "replacement",
+                         np.random.SeedSequence(s), step_size=h) for s in seeds]
+    draws = np.stack([r.draws for r in results])
+    stats = {k: np.stack([r.stats[k] for r in results])[..., None] for k in results[0].stats}
+    return draws, stats, results
+
+
+@pytest.mark.statistical
+def test_recovers_gaussian_posterior_of_linear_regression():
+    _, _, model, m, S = _linreg_problem()
+    sampler = MCCAdL(friction=1.0)
+    h, _ = sampler.resolve_step_size(model, m)
+    # n = 50: with tiny batches the shared-minibatch bias (see MCCAdL Notes) shows.
+    draws, stats, _ = _run(sampler, model, m, 12000, 50, range(4), h)
+    flat = draws.reshape(-1, draws.shape[-1])
+    assert np.all(np.abs(flat.mean(0) - m) < 4 * mcse_mean(draws))
+    # MCSE of a variance is about var sqrt(2 / ESS) for a Gaussian; 3% allows the O(h^2)
+    # discretisation bias at the auto step size.
+    se_var = np.diag(S) * np.sqrt(2.0 / ess_bulk(draws))
+    assert np.all(np.abs(flat.var(0) - np.diag(S)) < 4 * se_var + 0.03 * np.diag(S))
+    # Proposition 2 of the CCAdL paper / eq. 9: xi ~ A and p'p / N_d ~ 1/beta.
+    for name, target in (("xi", 1.0), ("kinetic_temperature", 1.0)):
+        x = stats[name]
+        assert abs(x.mean() - target) < 4 * mcse_mean(x)[0], (name, x.mean())
+
+
+@pytest.mark.statistical
+def test_estimator_with_mccadl_and_temperature():
+    """Through the estimator, and at temperature T = 2: the draws have covariance T S and
+    the kinetic temperature settles at T."""
+    X, y, _, m, S = _linreg_problem(seed=1)
+    T = 2.0
+    est = SGBayesLinearRegression(sampler=MCCAdL(temperature=T, friction=1.0), noise_precision=1.0,
+                                  n_iter=8000, n_chains=3, batch_size=50, random_state=0, init="map")
+    est.fit(X, y)
+    draws = est.samples_
+    flat = draws.reshape(-1, draws.shape[-1])
+    assert np.all(np.abs(flat.mean(0) - m) < 4 * mcse_mean(draws))
+    se_var = T * np.diag(S) * np.sqrt(2.0 / ess_bulk(draws))
+    assert np.all(np.abs(flat.var(0) - T * np.diag(S)) < 4 * se_var + 0.03 * T * np.diag(S))
+    assert est.diagnostics_["c_step_products_per_iter"] > 0
+
+
+def test_wrong_c_step_is_detected():
+    """Dropping the C step (SGNHT with the BAODDOAB splitting) leaves the gradient noise
+    undamped: xi then settles well above A, so the xi check above has power."""
+    _, _, model, m, _ = _linreg_problem()
+
+    class NoC(MCCAdL):
+        def step(self, state, target, rng):
+            scale, target.noise_scale = target.noise_scale, 0.0
+            state = super().step(state, target, rng)
+            target.noise_scale = scale
+            return state
+
+    sampler = NoC(friction=1.0)
+    h, _ = sampler.resolve_step_size(model, m)
+    _, stats, _ = _run(sampler, model, m, 4000, 20, [0], h)
+    assert stats["xi"].mean() > 3.0
+
+
+def test_one_gradient_per_iteration():
+    _, _, model, m, _ = _linreg_problem()
+    n_iter, n = 50, 20
+    _, _, results = _run(MCCAdL(step_size=0.01), model, m, n_iter, n, [0], 0.01)
+    # one evaluation at initialisation, then one per iteration
+    assert results[0].n_grad_evals == (n_iter + 1) * n
+
+
+def test_full_data_is_symmetric_adaptive_langevin():
+    """Full data: Sigma = 0, C is the identity, and the scheme has no C products."""
+    _, _, model, m, _ = _linreg_problem()
+    _, stats, results = _run(MCCAdL(step_size=0.01), model, m, 300, None, [0], 0.01)
+    assert results[0].summary["c_step_products_per_iter"] == 0
+    assert np.isfinite(stats["xi"]).all()
+
+
+def test_reproducible_and_registered():
+    assert isinstance(get_sampler("mccadl"), MCCAdL)
+    with pytest.raises(ValueError, match="expm_tol"):
+        get_sampler(MCCAdL(expm_tol=2.0))
+    _, _, model, m, _ = _linreg_problem()
+    a = _run(MCCAdL(step_size=0.01), model, m, 100, 20, [5], 0.01)[0]
+    b = _run(MCCAdL(step_size=0.01), model, m, 100, 20, [5], 0.01)[0]
+    np.testing.assert_array_equal(a, b)
+
+
+def test_xi_zero_branch():
+    """Algorithm 1, lines 8-9: with xi = 0 the O step is p + sqrt(h A / beta) R (no NaN)."""
+    _, _, model, m, _ = _linreg_problem()
+    sampler = MCCAdL(step_size=0.01)
+    rng = np.random.default_rng(0)
+    target = MinibatchGradient(model, 20)
+    state = sampler.init_state(m, target, rng, 0.01)
+    state.xi = 0.0
+    state = sampler.step(state, target, rng)
+    assert np.isfinite(state.p).all() and np.isfinite(state.xi)
+
+
+def _density_rmse(draws, dist, n_bins=40):
+    lo, hi = dist.ppf([0.001, 0.999])
+    edges = np.linspace(lo, hi, n_bins + 1)
+    counts, _ = np.histogram(draws, edges)
+    density = counts / (draws.size * (edges[1] - edges[0]))
+    return float(np.sqrt(np.mean((density - dist.pdf(0.5 * (edges[1:] + edges[:-1]))) ** 2)))
+
+
+@pytest.mark.statistical
+def test_normal_gamma_beats_sgnht_and_sghmc():
+    """CCAdL paper section 4.1 / Table 1 at h = 0.01, A = 1 (N = 100, n = 10)."""
+    x = np.random.default_rng(2015).normal(size=100)
+    model = NormalGammaModel(x)
+    post = model.posterior()
+    h, n_iter = 0.01, 30000
+    rmse = {}
+    for sampler in (SGHMC(step_size=h), SGNHT(step_size=h), MCCAdL(step_size=h)):
+        draws, _, _ = _run(sampler, model, np.array([0.0, 1.0]), n_iter, 10, [7], h)
+        d = draws[0]
+        rmse[type(sampler).__name__] = max(_density_rmse(d[:, j], post[j]) for j in range(2))
+    assert rmse["MCCAdL"] < 0.6 * rmse["SGNHT"] < 0.6 * rmse["SGHMC"], rmse
