@@ -32,7 +32,7 @@ seconds = time.perf_counter() - t0
 point = make_pipeline(StandardScaler(), LogisticRegression(C=1.0)).fit(X_train, y_train)
 
 print(f"{'model':<34}{'accuracy':>10}{'log loss':>10}")
-for label, model in [("SGBayesLogisticRegression (SGNHT)", bayes), ("LogisticRegression (MAP)", point)]:
+for label, model in [("SGBayesLogisticRegression (mCCAdL)", bayes), ("LogisticRegression (MAP)", point)]:
     proba = model.predict_proba(X_test)
     print(f"{label:<34}{accuracy_score(y_test, model.predict(X_test)):>10.3f}{log_loss(y_test, proba):>10.4f}")
 

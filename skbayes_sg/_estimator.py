@@ -139,7 +139,9 @@ class BaseSGBayes(BaseEstimator):
         if getattr(sampler, "is_multilevel", False):
             if streaming:
                 raise ValueError("partial_fit does not support multilevel samplers; use fit.")
-            return self._fit_multilevel(sampler, model, batch_size)
+            # "auto" goes through unresolved: the multilevel driver has its own rule, the
+            # paper's n = ceil(N^(1/3)).
+            return self._fit_multilevel(sampler, model, "auto" if self.batch_size == "auto" else batch_size)
         can_resume = hasattr(self, "_chain_states") and self._can_resume(sampler, model)
         resume = (self.warm_start or streaming) and can_resume
         if resume:

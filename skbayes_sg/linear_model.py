@@ -13,11 +13,13 @@ from ._estimator import BaseSGBayes, epoch_permutation
 from .models import LinearRegressionModel, LogisticModel, SoftmaxModel
 
 _COMMON_DOC = """
-    sampler : str or sampler instance, default="sgnht"
-        The MCMC transition: a name (``"sgld"``, ``"sghmc"``, ``"sgnht"``, ...: the
-        lower-case class names of :mod:`skbayes_sg.samplers`) or an instance such as
-        ``SGHMC(step_size=1e-3, friction=10)``, whose hyperparameters can be tuned as
-        ``sampler__step_size`` in ``GridSearchCV``.
+    sampler : str or sampler instance, default="mccadl"
+        The MCMC transition: a name (``"mccadl"``, ``"sgnht"``, ``"sghmc"``, ``"sgld"``,
+        ``"gadmala"``...: the lower-case class names of :mod:`skbayes_sg.samplers`) or an
+        instance such as ``SGHMC(step_size=1e-3, friction=10)``, whose hyperparameters can
+        be tuned as ``sampler__step_size`` in ``GridSearchCV``. The default, mCCAdL,
+        controls the parameter-dependent minibatch noise that biases SGHMC and SGNHT (see
+        :class:`~skbayes_sg.samplers.MCCAdL`).
     n_iter : int, default=5000
         Sampler iterations per chain, burn-in included.
     burn_in : float in [0, 1) or int, default=0.2
@@ -125,7 +127,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     (2, 2)
     """
 
-    def __init__(self, *, sampler="sgnht", n_iter=5000, burn_in=0.2, thin=1, batch_size="auto",
+    def __init__(self, *, sampler="mccadl", n_iter=5000, burn_in=0.2, thin=1, batch_size="auto",
                  batch_scheme="replacement", n_chains=4, n_jobs=None, random_state=None, init="map",
                  alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0):
         self.sampler = sampler
@@ -229,7 +231,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         "noise_prior_rate": [Interval(Real, 0, None, closed="neither")],
     }
 
-    def __init__(self, *, sampler="sgnht", n_iter=5000, burn_in=0.2, thin=1, batch_size="auto",
+    def __init__(self, *, sampler="mccadl", n_iter=5000, burn_in=0.2, thin=1, batch_size="auto",
                  batch_scheme="replacement", n_chains=4, n_jobs=None, random_state=None, init="map",
                  alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0,
                  noise_precision=None, noise_prior_shape=1e-6, noise_prior_rate=1e-6):
@@ -370,7 +372,10 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         """Draw targets from the posterior predictive.
 
         Each column takes a posterior draw at random and adds Gaussian noise with that
-        draw's noise precision.
+        draw's noise precision. After a multilevel fit (signed ``sample_weight_``) there are
+        no posterior samples to draw from: each column is then drawn from the Gaussian with
+        the posterior predictive mean and standard deviation of :meth:`predict`, an
+        approximation that matches the first two moments.
 
         Parameters
         ----------
@@ -385,6 +390,9 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         check_is_fitted(self, "samples_")
         X = validate_data(self, X, dtype=np.float64, accept_sparse="csr", reset=False)
         rng = check_random_state(random_state)
+        if self.sample_weight_ is not None:
+            mean, std = self.predict(X, return_std=True)
+            return mean[:, None] + std[:, None] * rng.standard_normal((len(mean), n_samples))
         thetas = self._flat_samples()
         pick = rng.randint(0, thetas.shape[0], size=n_samples)
         mu = self._model.predict_draws(thetas[pick], X)

@@ -58,7 +58,8 @@ def test_classifier_attributes_and_predictive(cancer):
     assert clf.score(X, labels) > 0.95
     d = clf.diagnostics_
     assert d["ess"].shape == (P,) and d["rhat"].shape == (P,)
-    assert d["n_grad_evals"] == 3 * 500 * 200
+    # mCCAdL evaluates the force once at the start, then once per iteration.
+    assert d["n_grad_evals"] == 3 * (500 + 1) * 200
     assert d["step_size"] > 0 and d["lambda_max"] > 0
     assert clf.n_iter_ == 500
 
@@ -81,7 +82,7 @@ def test_verbose_progress_bar_does_not_change_the_draws(cancer, capsys, n_jobs):
     assert capsys.readouterr().err == ""
     loud = SGBayesLogisticRegression(verbose=1, **kw).fit(X, y)
     err = capsys.readouterr().err
-    assert "SGNHT, 2 chains" in err and "200/200" in err
+    assert "MCCAdL, 2 chains" in err and "200/200" in err
     np.testing.assert_array_equal(quiet.samples_, loud.samples_)
 
 
@@ -195,7 +196,8 @@ def test_warm_start_continues_the_chains(cancer):
     assert clf.n_iter_ == 400
     assert clf.samples_.shape == (2, 160 + 200, X.shape[1] + 1)
     np.testing.assert_array_equal(clf.samples_[:, :160], first)
-    assert clf.diagnostics_["n_grad_evals"] == 2 * evals
+    # The continuation reuses each chain's last force: exactly one gradient per iteration.
+    assert clf.diagnostics_["n_grad_evals"] == evals + 2 * 200 * 200
     # The continuation starts where each chain stopped: its first step is a small move.
     step = np.linalg.norm(clf.samples_[:, 160] - np.array(states), axis=1)
     spread = np.linalg.norm(first.std(axis=1), axis=1)

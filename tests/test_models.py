@@ -165,3 +165,31 @@ def test_without_data_keeps_predictive():
     light = model.without_data()
     assert light.X is None and model.X is not None
     np.testing.assert_array_equal(light.predict_draws(theta[None], X), model.predict_draws(theta[None], X))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_loglik_hvp_matches_finite_differences_of_the_gradient(name):
+    model = MODELS[name]
+    rng = np.random.default_rng(13)
+    theta = _point(model, rng)
+    v = rng.normal(size=model.n_params)
+    idx = rng.integers(0, model.n_samples, size=15)
+    eps = 1e-6
+    for rows in (idx, None):
+        fd = (model.log_likelihood_and_grad(theta + eps * v, rows)[1]
+              - model.log_likelihood_and_grad(theta - eps * v, rows)[1]) / (2 * eps)
+        np.testing.assert_allclose(model.loglik_hvp(theta, v, rows), fd, rtol=1e-5, atol=1e-6)
+    # The posterior's Hessian-vector product (negated, prior included) likewise.
+    fd = -(model.grad_log_posterior(theta + eps * v) - model.grad_log_posterior(theta - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(model.hessian_vector_product(theta, v), fd, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau"])
+def test_per_example_hvp_rows(name):
+    model = MODELS[name]
+    rng = np.random.default_rng(14)
+    theta, v = _point(model, rng), rng.normal(size=model.n_params)
+    idx = np.array([3, 8, 8, 21])
+    H_rows = model.per_example_hvp(theta, v, idx).to_dense()
+    for k, i in enumerate(idx):
+        np.testing.assert_allclose(H_rows[k], model.loglik_hvp(theta, v, np.array([i])), rtol=1e-10, atol=1e-12)

@@ -71,6 +71,22 @@ class Model:
         """Gradient of the full-data log posterior, shape (P,)."""
         return self.log_posterior_and_grad(theta)[1]
 
+    def loglik_hvp(self, theta, v, idx=None):
+        """``sum_{i in idx} (Hess log p(x_i | theta)) v`` over rows ``idx`` (all if None).
+
+        The log likelihood's (not negated) Hessian applied to ``v``, for the Taylor-based
+        gradient of multilevel SGLD (Nagapetyan et al. 2017, section 3.4). The default is a
+        central finite difference of the minibatch gradient; models with a cheap exact
+        product override it.
+        """
+        norm = np.linalg.norm(v)
+        if norm == 0:
+            return np.zeros_like(v)
+        eps = 1e-5 * max(1.0, np.linalg.norm(theta)) / norm
+        gp = self.log_likelihood_and_grad(theta + eps * v, idx)[1]
+        gm = self.log_likelihood_and_grad(theta - eps * v, idx)[1]
+        return (gp - gm) / (2 * eps)
+
     def hessian_vector_product(self, theta, v, eps=None):
         """Product of the Hessian of the negative log posterior with ``v``.
 

@@ -114,6 +114,46 @@ class _GLM(Model):
         R = self._residuals(self._linear_predictor(theta, X), y)
         return LinearPerExampleGradients(X, R, self.fit_intercept)
 
+    def _curvature(self, theta, Z, y, U, e_v):
+        """Second derivatives of the log likelihood in the linear predictor, applied.
+
+        Given the predictor ``Z`` (n, K), the direction's change of predictor ``U`` (n, K) and
+        of the extra coordinates ``e_v`` (k,), return ``(S, Se)``: the directional derivative
+        of the residuals ``d loglik / dZ`` (n, K) and of the extra per-example gradients
+        (n, k) or None. Then ``H_i v = [x_i S_i', S_i, Se_i]``, the same structure as the
+        per-example gradients.
+        """
+        raise NotImplementedError
+
+    def per_example_hvp(self, theta, v, idx):
+        """Per-example Hessian-vector products ``H_i v`` of the log likelihood, as an operator.
+
+        Rows of the returned :class:`LinearPerExampleGradients` are ``H_i v`` for the rows
+        ``idx``; its ``mean() * n_batch`` is their sum. Exact, O(n D K).
+        """
+        X, y = self._rows(idx)
+        Z = self._linear_predictor(theta, X)
+        W_v, b_v, e_v = self.unpack(v)
+        U = X @ W_v + (b_v if self.fit_intercept else 0.0)
+        S, Se = self._curvature(theta, Z, y, np.asarray(U), e_v)
+        return LinearPerExampleGradients(X, S, self.fit_intercept, Se)
+
+    def loglik_hvp(self, theta, v, idx=None):
+        ops = self.per_example_hvp(theta, v, slice(None) if idx is None else idx)
+        return ops.mean() * ops.n_batch
+
+    def hessian_vector_product(self, theta, v, eps=None):
+        """Exact Hessian of the negative log posterior times ``v`` (one pass over the data)."""
+        out = -self.loglik_hvp(theta, v)
+        n_w = self.n_params - self._n_extra
+        out[:n_w] += self.alpha * v[:n_w]
+        if self._n_extra:
+            out[n_w:] -= self._extra_prior_hvp(theta, v)
+        return out
+
+    def _extra_prior_hvp(self, theta, v):
+        return np.zeros(self._n_extra)
+
     def log_likelihood_and_grad(self, theta, idx=None):
         X, y = self._rows(idx)
         Z = self._linear_predictor(theta, X)
@@ -147,6 +187,10 @@ class LogisticModel(_GLM):
 
     def _residuals(self, Z, y):
         return (y - expit(Z[:, 0]))[:, None]
+
+    def _curvature(self, theta, Z, y, U, e_v):
+        s = expit(Z)
+        return -s * (1.0 - s) * U, None
 
     def _log_likelihood_terms(self, Z, y):
         z = Z[:, 0]
@@ -189,6 +233,12 @@ class SoftmaxModel(_GLM):
 
     def _log_likelihood_terms(self, Z, y):
         return Z[np.arange(Z.shape[0]), y] - logsumexp(Z, axis=1)
+
+    def _curvature(self, theta, Z, y, U, e_v):
+        # Hessian of the log-softmax likelihood in z is -(diag(p) - p p').
+        p = softmax(Z, axis=1)
+        pU = p * U
+        return -(pU - p * pU.sum(axis=1, keepdims=True)), None
 
     def predict_draws(self, thetas, X):
         """Class probabilities per draw, shape (S, n, K)."""
@@ -279,16 +329,18 @@ class LinearRegressionModel(_GLM):
             parts.append(np.array([0.5 * n - 0.5 * tau * rr]))
         return float(ll), np.concatenate(parts)
 
-    def hessian_vector_product(self, theta, v, eps=None):
-        if self.noise_precision is None:
-            return super().hessian_vector_product(theta, v, eps)
-        # Exact for fixed tau: H = tau X'X + alpha I on the (w, b) block.
-        W, b, _ = self.unpack(v)
-        Xv = self.X @ W[:, 0] + b[0]
-        out = [np.asarray(self.tau(theta) * (self.X.T @ Xv)).ravel()]
-        if self.fit_intercept:
-            out.append(np.array([self.tau(theta) * Xv.sum()]))
-        return np.concatenate(out) + self.alpha * v
+    def _curvature(self, theta, Z, y, U, e_v):
+        tau = self.tau(theta)
+        if self.noise_precision is not None:
+            return -tau * U, None
+        # loglik_i = s/2 - e^s r^2 / 2 with r = y - z, s = log tau.
+        r = (y - Z[:, 0])[:, None]
+        vs = e_v[0]
+        return -tau * U + tau * r * vs, tau * r * U - 0.5 * tau * r * r * vs
+
+    def _extra_prior_hvp(self, theta, v):
+        # d^2/ds^2 of a s - b e^s is -b e^s.
+        return np.array([-self.noise_prior_rate * np.exp(theta[-1]) * v[-1]])
 
     def predict_draws(self, thetas, X):
         """Predictive means per draw, shape (S, n)."""

@@ -1,0 +1,745 @@
+"""Multilevel stochastic gradient Langevin dynamics (Nagapetyan, Szpruch, Vollmer, Zygalakis and Giles 2017).
+
+SGLD at a fixed step size ``h`` is biased, and driving the bias down by shrinking ``h``
+makes the RMSE of a posterior expectation fall only as ``c^(-1/3)`` in the cost ``c``. The
+multilevel estimator (Giles 2008, 2015) writes the expectation at the finest level ``L`` as
+a telescoping sum (paper eq. 4)
+
+``E[g_L] = E[g_0] + sum_{l=1}^{L} E[g_l - g_{l-1}]``
+
+over levels with step sizes ``h_l = h_0 2^-l`` and horizons ``T_l = m (l + 1) h_0``, and
+estimates each term from independent samples of a *coupled* pair (fine path at ``h_l``,
+coarse path at ``h_{l-1}``) whose difference ``Delta_l`` has a variance ``V_l`` that
+decays with ``l``. Spending ``N_l ~ sqrt(V_l / C_l)`` samples on level ``l`` then reaches
+RMSE ``eps`` at cost ``O(eps^-2)`` when ``V_l`` decays faster than the cost ``C_l`` grows
+(the antithetic coupling), the ``c^(-1/2)`` rate of exact MCMC, without a Metropolis step.
+
+This module gives
+
+- :class:`CoupledSGLD`: the level couplings of the paper's section 3 (plain coupling, eq. 9;
+  antithetic, eq. 10), the Taylor-based stochastic gradient (section 3.4, eq. 11) and path
+  averaging (section 3.3). Thousands of independent paths are stepped at once, vectorised
+  over paths and minibatch rows.
+- :func:`mlmc`: Giles' adaptive driver (number of samples per level, number of levels),
+  levels and chunks of paths run in parallel with joblib, reproducible whatever ``n_jobs``.
+- :func:`estimate`: the user-facing call, ``estimate(model, g, target_rmse)``.
+
+The estimator's ``sampler=MLSGLD(...)`` (:mod:`skbayes_sg.samplers.mlsgld`) calls
+:func:`estimate` with ``g`` the parameter vector and keeps the coupled endpoints as draws
+with signed weights.
+"""
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from numbers import Integral
+
+import numpy as np
+from joblib import Parallel, delayed
+
+from .exceptions import DivergenceError
+from .models._hessian import (
+    log_prior_grad_paths,
+    loglik_grad_paths,
+    loglik_hessian,
+    posterior_hessian,
+    taylor_cache,
+    taylor_remainder_paths,
+)
+
+__all__ = ["CoupledSGLD", "LevelSample", "MultilevelResult", "estimate", "find_map", "mlmc"]
+
+# Floats one vectorised chunk of paths may gather per step (paths x rows x features): bounds
+# memory, and being independent of n_jobs keeps the random streams (one per chunk) fixed.
+_CHUNK_FLOATS = 2**20
+
+
+# -- minibatches and the stochastic force ---------------------------------------------------
+class _Minibatches:
+    """Minibatch rows of ``n`` items drawn uniformly with replacement (paper section 2.1)."""
+
+    def __init__(self, n_samples, batch_size):
+        self.N = int(n_samples)
+        self.full = batch_size is None or batch_size >= self.N
+        self.n = self.N if self.full else int(batch_size)
+        self.scale = 1.0 if self.full else self.N / self.n
+
+    def draw(self, rng, M):
+        """Rows (M, n) of M independent minibatches, or None for the full data."""
+        return None if self.full else rng.integers(0, self.N, size=(M, self.n))
+
+    def coarse(self, rng, idx1, idx2):
+        """The plain coupling's coarse minibatch: ``n`` of the ``2n`` fine rows without replacement.
+
+        Each coarse minibatch is then again ``n`` independent uniform rows, the law of the
+        fine ones, which is what keeps the telescoping sum exact (paper eq. 8).
+        """
+        if self.full:
+            return None
+        both = np.concatenate([idx1, idx2], axis=1)
+        keys = rng.random(both.shape)
+        pick = np.argpartition(keys, self.n - 1, axis=1)[:, : self.n]
+        return np.take_along_axis(both, pick, axis=1)
+
+
+class _Force:
+    """Stochastic gradient of the log posterior for a stack of paths.
+
+    Standard (paper eq. 2): ``grad log pi(theta) + N/n sum_{i in tau} grad log p(x_i | theta)``.
+    Taylor-based (section 3.4, eq. 11): the full-data gradient ``G_0`` and Hessian ``H_0`` of
+    the log likelihood at ``theta_0`` give the linear part exactly, and only the remainder
+    is subsampled,
+    ``grad log pi(theta) + G_0 + H_0 (theta - theta_0)
+    + N/n sum_{i in tau} [g_i(theta) - g_i(theta_0) - H_i(theta_0)(theta - theta_0)]``,
+    whose variance vanishes as ``theta -> theta_0``. Both are unbiased.
+    """
+
+    def __init__(self, model, theta0, batches, taylor, H_loglik=None):
+        self.model = model
+        self.theta0 = np.asarray(theta0, dtype=float)
+        self.batches = batches
+        self.taylor = bool(taylor) and not batches.full
+        if self.taylor:
+            self.G0 = model.log_likelihood_and_grad(self.theta0)[1]
+            self.H0 = loglik_hessian(model, self.theta0) if H_loglik is None else H_loglik
+            self.cache = taylor_cache(model, self.theta0)
+
+    def __call__(self, thetas, idx):
+        if idx is None:
+            idx = np.broadcast_to(np.arange(self.batches.N), (thetas.shape[0], self.batches.N))
+        force = log_prior_grad_paths(self.model, thetas)
+        if self.taylor:
+            force += self.G0
+            force += (thetas - self.theta0) @ self.H0
+            force += self.batches.scale * taylor_remainder_paths(self.model, thetas, self.theta0, idx,
+                                                                       self.cache)
+        else:
+            force += self.batches.scale * loglik_grad_paths(self.model, thetas, idx)
+        return force
+
+
+def _sgld_step(thetas, force, h, idx, xi):
+    """``S_{h, tau, xi}(theta) = theta + h F~(theta) + sqrt(2 h) xi`` (paper eq. 2), in place."""
+    F = force(thetas, idx)
+    thetas += h * F
+    thetas += math.sqrt(2.0 * h) * xi
+    return thetas
+
+
+# -- one level ----------------------------------------------------------------------------------
+@dataclass
+class LevelSample:
+    """Independent samples of one level's correction ``Delta_l``.
+
+    Attributes
+    ----------
+    delta : ndarray of shape (M, q)
+        ``Delta_l`` per path: ``g_0`` at level 0, ``g(fine) - g(coarse)`` above.
+    points : ndarray of shape (M, k, P) or None
+        The states ``g`` was evaluated at (fine first, then the coarse one(s)), when kept.
+    coefs : ndarray of shape (k,)
+        ``Delta_l = sum_j coefs[j] g(points[:, j])``: positive for fine states, negative
+        for coarse ones.
+    n_grad_evals : int
+        Per-example gradient evaluations (data items touched), the paper's cost unit.
+    n_steps : int
+        SGLD steps taken over all paths (fine and coarse).
+    """
+
+    delta: np.ndarray
+    points: object
+    coefs: np.ndarray
+    n_grad_evals: int
+    n_steps: int
+
+
+class CoupledSGLD:
+    """The levels of multilevel SGLD: coupled fine and coarse SGLD paths (paper section 3).
+
+    Level ``l`` has step size ``h_l = h_0 2^-l`` and horizon ``T_l = m (l + 1) h_0``, that is
+    ``s_l = m (l + 1) 2^l`` steps (section 4.1). Every path starts at ``theta_0``.
+
+    - Level 0: ``Delta_0 = g(theta_{s_0})`` for one SGLD path at ``h_0``.
+    - Level ``l >= 1`` (Algorithm 1): the fine path first runs ``(T_l - T_{l-1}) / h_l`` steps
+      alone, then fine and coarse paths run jointly for ``T_{l-1}``: two fine steps with
+      Gaussian increments ``xi_1, xi_2`` and minibatches ``tau_1, tau_2`` per coarse step with
+      increment ``(xi_1 + xi_2) / sqrt(2)`` (eq. 9). The coarse path is thus a level ``l - 1``
+      path, so the telescoping sum is exact, and the contraction of the Langevin flow
+      (eq. 6) brings it to within ``O(h)`` of the fine one whatever the different start.
+      Plain coupling: the coarse minibatch is ``n`` rows drawn without replacement from
+      ``(tau_1, tau_2)`` (eq. 8); ``V_l = O(h_l)``.
+    - Antithetic (Algorithm 2, eq. 10): two coarse paths, ``c+`` using ``tau_1`` and ``c-``
+      using ``tau_2``, and ``Delta_l = g(f) - (g(c+) + g(c-)) / 2``: the first-order
+      minibatch error cancels in the average and ``V_l = O(h_l^2)``.
+    - Averaging (section 3.3): ``g`` is averaged over the last ``p_l`` states of each path
+      instead of taken at the endpoint. The window must cover the same time
+      ``p_l h_l = p_0 h_0`` on every level, or the fine and coarse averages would cover
+      different stretches and ``V_l`` would not decay; we use ``p_0 = ceil(s_0 / 2)`` (the
+      paper's ``p_l = s_l / 2`` at level 0) and ``p_l = p_0 2^l``.
+
+    Parameters
+    ----------
+    model : Model
+    theta0 : ndarray of shape (P,)
+        Start of every path and expansion point of the Taylor gradient (the MAP in the paper).
+    step_size : float
+        ``h_0``.
+    horizon : int
+        ``m``: level 0 runs ``m`` steps, and each level adds ``T_0 = m h_0`` of time.
+    batch_size : int or None
+        Minibatch size ``n`` (``None``: full data).
+    antithetic, taylor, averaging : bool
+        The variants of sections 3.2, 3.4 and 3.3.
+    H_loglik : ndarray of shape (P, P), optional
+        Full-data log-likelihood Hessian at ``theta0``, if already computed.
+    """
+
+    def __init__(self, model, theta0, step_size, horizon, batch_size, *, antithetic=True, taylor=True,
+                 averaging=False, H_loglik=None):
+        self.model = model
+        self.theta0 = np.asarray(theta0, dtype=float).copy()
+        self.h0 = float(step_size)
+        self.m = int(horizon)
+        self.antithetic = bool(antithetic)
+        self.averaging = bool(averaging)
+        self.batches = _Minibatches(model.n_samples, batch_size)
+        self.force = _Force(model, self.theta0, self.batches, taylor, H_loglik)
+        self.taylor = self.force.taylor
+        self.p0 = (self.m + 1) // 2
+
+    # -- level geometry ------------------------------------------------------------------
+    def step_size(self, level):
+        """``h_l = h_0 2^-l``."""
+        return self.h0 * 2.0**-level
+
+    def n_steps(self, level):
+        """``s_l = T_l / h_l = m (l + 1) 2^l``."""
+        return self.m * (level + 1) * 2**level
+
+    def window(self, level):
+        """States averaged per path at ``level`` (1 without averaging)."""
+        return self.p0 * 2**level if self.averaging else 1
+
+    def cost(self, level):
+        """Data items touched per sample of ``Delta_level`` (fine steps, plus coarse ones)."""
+        n = self.batches.n
+        fine = self.n_steps(level) * n
+        if level == 0:
+            return fine
+        return fine + self.n_steps(level - 1) * n * (2 if self.antithetic else 1)
+
+    def chunk_size(self):
+        """Paths stepped together: bounded so a gathered minibatch stack stays small."""
+        width = self.batches.n * max(1, getattr(self.model, "n_features", self.theta0.size))
+        return int(max(16, min(4096, _CHUNK_FLOATS // width)))
+
+    # -- simulation --------------------------------------------------------------------------
+    def sample(self, level, n_paths, rng, g=None, keep_points=False):
+        """Simulate ``n_paths`` independent samples of ``Delta_level``.
+
+        Parameters
+        ----------
+        level : int
+        n_paths : int
+        rng : numpy.random.Generator
+        g : callable, optional
+            Maps states (M, P) to (M,) or (M, q); identity by default.
+        keep_points : bool, default=False
+            Keep the states ``g`` was evaluated at (for signed-weight draws).
+
+        Returns
+        -------
+        LevelSample
+        """
+        g = _identity if g is None else g
+        M, P = int(n_paths), self.theta0.size
+        h = self.step_size(level)
+        s = self.n_steps(level)
+        pf = self.window(level)
+        rec = _Recorder(g, keep_points)
+        fine = np.tile(self.theta0, (M, 1))
+        xi = np.empty((M, P))
+        batches, force = self.batches, self.force
+
+        def fine_step(j, idx, noise):
+            _sgld_step(fine, force, h, idx, noise)
+            if j > s - pf:
+                rec.add(fine, 1.0 / pf)
+
+        if level == 0:
+            for j in range(1, s + 1):
+                fine_step(j, batches.draw(rng, M), rng.standard_normal((M, P), out=xi))
+            self._check(fine, level)
+            return rec.result(M * s * batches.n, M * s)
+
+        s_c = self.n_steps(level - 1)
+        n_alone = s - 2 * s_c
+        for j in range(1, n_alone + 1):
+            fine_step(j, batches.draw(rng, M), rng.standard_normal((M, P), out=xi))
+        n_coarse_paths = 2 if self.antithetic else 1
+        coarse = np.tile(self.theta0, (n_coarse_paths * M, 1))
+        hc = 2.0 * h
+        pc = self.window(level - 1)
+        coef_c = -1.0 / (pc * n_coarse_paths)
+        xi2 = np.empty((M, P))
+        for k in range(1, s_c + 1):
+            idx1 = batches.draw(rng, M)
+            rng.standard_normal((M, P), out=xi)
+            fine_step(n_alone + 2 * k - 1, idx1, xi)
+            idx2 = batches.draw(rng, M)
+            rng.standard_normal((M, P), out=xi2)
+            fine_step(n_alone + 2 * k, idx2, xi2)
+            xi_c = (xi + xi2) * (1.0 / math.sqrt(2.0))
+            if self.antithetic:
+                idx_c = None if idx1 is None else np.concatenate([idx1, idx2])
+                _sgld_step(coarse, force, hc, idx_c, np.concatenate([xi_c, xi_c]))
+            else:
+                _sgld_step(coarse, force, hc, batches.coarse(rng, idx1, idx2), xi_c)
+            if k > s_c - pc:
+                for c in range(n_coarse_paths):
+                    rec.add(coarse[c * M:(c + 1) * M], coef_c)
+        self._check(fine, level)
+        self._check(coarse, level)
+        n_evals = M * batches.n * (s + s_c * n_coarse_paths)
+        return rec.result(n_evals, M * (s + s_c * n_coarse_paths))
+
+    def _check(self, thetas, level):
+        if not np.isfinite(thetas).all():
+            raise DivergenceError(
+                f"MLSGLD diverged at level {level} (step size h_l = {self.step_size(level):.4g}): the paths "
+                f"became non-finite. Use a smaller step_size (for example {self.h0 / 4:.3g}), or standardise "
+                "the features.",
+                sampler="MLSGLD", step_size=self.step_size(level),
+            )
+
+
+def _identity(thetas):
+    return thetas
+
+
+class _Recorder:
+    """Accumulates ``sum_j coef_j g(state_j)`` per path, keeping the states if asked."""
+
+    def __init__(self, g, keep):
+        self.g = g
+        self.keep = keep
+        self.acc = None
+        self.points = []
+        self.coefs = []
+
+    def add(self, thetas, coef):
+        vals = np.asarray(self.g(thetas), dtype=float)
+        vals = vals.reshape(thetas.shape[0], -1)
+        if self.acc is None:
+            self.acc = np.zeros_like(vals)
+        self.acc += coef * vals
+        self.coefs.append(coef)
+        if self.keep:
+            self.points.append(thetas.copy())
+
+    def result(self, n_evals, n_steps):
+        points = np.stack(self.points, axis=1) if self.keep else None
+        return LevelSample(self.acc, points, np.asarray(self.coefs), int(n_evals), int(n_steps))
+
+
+# -- the MLMC driver -----------------------------------------------------------------------------
+@dataclass
+class MultilevelResult:
+    """Outcome of :func:`estimate` / :func:`mlmc`.
+
+    Attributes
+    ----------
+    estimate : ndarray of shape (q,)
+        ``sum_l mean(Delta_l)``, the multilevel estimate of ``E[g]``.
+    rmse : ndarray of shape (q,)
+        Estimated RMSE per coordinate: ``sqrt(sum_l V_l / N_l + bias^2)`` with Giles' bias
+        estimate from the last levels.
+    target_rmse : ndarray of shape (q,)
+        The ``eps`` per coordinate that the driver aimed at.
+    levels : list of dict
+        Per level: ``level``, ``step_size``, ``n_steps`` (per path), ``n_samples`` (``N_l``),
+        ``mean`` and ``var`` (of ``Delta_l``, per coordinate), ``cost`` (data items per
+        sample, ``C_l``), ``n_grad_evals``.
+    n_grad_evals : int
+        Data items touched by all paths (the paper's cost; excludes the set-up).
+    n_grad_evals_setup : int
+        Data items touched by the set-up: MAP, Hessian and full gradient at ``theta_0``.
+    n_iter : int
+        SGLD steps over all paths.
+    converged : bool
+        False when ``max_levels`` was reached with the bias estimate still above
+        ``eps / sqrt(2)``.
+    alpha, beta : float
+        Fitted decay rates of ``|E Delta_l|`` and ``V_l`` in ``l`` (log base 2).
+    draws, weights : ndarray or None
+        With ``keep_draws``: states (n_draws, P) and signed weights (n_draws,) such that
+        ``sum_s weights[s] g(draws[s])`` equals :attr:`estimate`.
+    theta0 : ndarray of shape (P,)
+    step_size : float
+        ``h_0``.
+    horizon : int
+        ``m``.
+    batch_size : int
+    """
+
+    estimate: np.ndarray
+    rmse: np.ndarray
+    target_rmse: np.ndarray
+    levels: list
+    n_grad_evals: int
+    n_grad_evals_setup: int
+    n_iter: int
+    converged: bool
+    alpha: float
+    beta: float
+    theta0: np.ndarray = None
+    step_size: float = None
+    horizon: int = None
+    batch_size: int = None
+    draws: object = None
+    weights: object = None
+    extra: dict = field(default_factory=dict)
+
+
+def _run_chunk(coupled, level, n_paths, seed, g, keep_points):
+    return coupled.sample(level, n_paths, np.random.default_rng(seed), g, keep_points)
+
+
+def _regress_rate(values, start=1):
+    """``-slope`` of ``log2 values[l]`` against ``l`` for ``l >= start`` (Giles' alpha, beta)."""
+    ls = np.arange(start, len(values))
+    v = np.asarray(values[start:], dtype=float)
+    ok = v > 0
+    if ok.sum() < 2:
+        return np.nan
+    slope = np.polyfit(ls[ok], np.log2(v[ok]), 1)[0]
+    return -slope
+
+
+def mlmc(coupled, g, target_rmse, *, rmse_units="absolute", n_initial=100, min_levels=2, max_levels=10,
+         seed=None, n_jobs=None, keep_draws=False, verbose=0):
+    """Giles' adaptive multilevel Monte Carlo driver (Giles 2015, Algorithm 1) on ``coupled``.
+
+    Starting from levels ``0..min_levels`` with ``n_initial`` samples each, it repeats:
+    estimate ``V_l`` and ``|E Delta_l|`` per level (per coordinate of ``g``, normalised by the
+    target ``eps_j``, and maximised over coordinates so that every coordinate meets its
+    target); set ``N_l = ceil(2 eps^-2 sqrt(V_l / C_l) sum_k sqrt(V_k C_k))`` (variance
+    ``eps^2 / 2``) with ``C_l`` the exact data items per sample; run the missing samples; and,
+    once no level needs more, add a level while the bias estimate
+    ``max_{k=0,1,2} |E Delta_{L-k}| 2^(-alpha k) / (2^alpha - 1)`` exceeds ``eps / sqrt(2)``.
+    So ``MSE <= eps^2`` up to the accuracy of these estimates.
+
+    Levels and chunks of paths of one round run in parallel with joblib; each chunk's
+    random stream is a child of ``seed`` keyed by (level, round, chunk), and chunk sizes do
+    not depend on ``n_jobs``, so results are bit-identical whatever ``n_jobs``.
+
+    Parameters
+    ----------
+    coupled : CoupledSGLD
+    g : callable or None
+        Maps states (M, P) to (M,) or (M, q); None is the identity (the parameter vector).
+    target_rmse : float or array of shape (q,)
+        ``eps``.
+    rmse_units : {"absolute", "posterior_sd"}, default="absolute"
+        ``"posterior_sd"``: ``eps_j = target_rmse * sd_j`` with ``sd_j`` the standard
+        deviation of ``g_j`` at level 0 (an estimate of its posterior sd), fixed after the
+        first round.
+    n_initial : int, default=100
+        Samples per level in the first round and on each newly added level.
+    min_levels, max_levels : int, default=2, 10
+        ``L`` starts at ``min_levels`` and stops at ``max_levels``.
+    seed : numpy.random.SeedSequence, int or None
+    n_jobs : int or None
+    keep_draws : bool, default=False
+        Keep the states and their signed weights.
+    verbose : int, default=0
+
+    Returns
+    -------
+    MultilevelResult
+    """
+    if rmse_units not in ("absolute", "posterior_sd"):
+        raise ValueError(f"rmse_units must be 'absolute' or 'posterior_sd'; got {rmse_units!r}.")
+    target = np.asarray(target_rmse, dtype=float)
+    if not np.all(np.isfinite(target)) or np.any(target <= 0):
+        raise ValueError(f"target_rmse must be positive and finite; got {target_rmse!r}.")
+    if not (isinstance(min_levels, Integral) and isinstance(max_levels, Integral) and 0 <= min_levels <= max_levels):
+        raise ValueError(f"need integers 0 <= min_levels <= max_levels; got {min_levels!r}, {max_levels!r}.")
+    seed = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    chunk = coupled.chunk_size()
+    L = int(min_levels)
+    n_lev = L + 1
+    N = np.zeros(max_levels + 1, dtype=np.int64)
+    cost = np.array([coupled.cost(level) for level in range(max_levels + 1)], dtype=float)
+    sum1 = sum2 = None
+    evals = np.zeros(max_levels + 1, dtype=np.int64)
+    steps = 0
+    kept = [[] for _ in range(max_levels + 1)]
+    dN = np.zeros(max_levels + 1, dtype=np.int64)
+    dN[:n_lev] = n_initial
+    eps = None
+    alpha = beta = np.nan
+    converged = True
+    rnd = 0
+    parallel = Parallel(n_jobs=n_jobs, verbose=verbose)
+    while dN.sum() > 0:
+        tasks = []
+        for level in range(n_lev):
+            for j, start in enumerate(range(0, int(dN[level]), chunk)):
+                size = min(chunk, int(dN[level]) - start)
+                child = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, level, rnd, j))
+                tasks.append((level, size, child))
+        results = parallel(delayed(_run_chunk)(coupled, lv, size, sd, g, keep_draws) for lv, size, sd in tasks)
+        for (level, size, _), res in zip(tasks, results):
+            if sum1 is None:
+                q = res.delta.shape[1]
+                sum1 = np.zeros((max_levels + 1, q))
+                sum2 = np.zeros((max_levels + 1, q))
+            sum1[level] += res.delta.sum(axis=0)
+            sum2[level] += (res.delta**2).sum(axis=0)
+            N[level] += size
+            evals[level] += res.n_grad_evals
+            steps += res.n_steps
+            if keep_draws:
+                kept[level].append((res.points, res.coefs))
+        rnd += 1
+        Nl = N[:n_lev]
+        mean = sum1[:n_lev] / Nl[:, None]
+        var = np.maximum(sum2[:n_lev] / Nl[:, None] - mean**2, 0.0) * Nl[:, None] / np.maximum(Nl - 1, 1)[:, None]
+        if eps is None:
+            if rmse_units == "posterior_sd":
+                sd = np.sqrt(var[0])
+                if np.any(sd <= 0):
+                    raise ValueError("rmse_units='posterior_sd': g has zero spread at level 0; use absolute units.")
+                eps = target * sd
+            else:
+                eps = np.broadcast_to(target, mean.shape[1:]).astype(float)
+        # Normalised by eps_j and maximised over coordinates: one scalar problem with eps = 1.
+        ml = np.max(np.abs(mean) / eps, axis=1)
+        Vl = np.max(var / eps**2, axis=1)
+        # Giles' guard against (near) zero estimates on the finer levels.
+        a_guard = alpha if np.isfinite(alpha) else 1.0
+        b_guard = beta if np.isfinite(beta) else 1.0
+        for level in range(2, n_lev):
+            ml[level] = max(ml[level], 0.5 * ml[level - 1] / 2**a_guard)
+            Vl[level] = max(Vl[level], 0.5 * Vl[level - 1] / 2**b_guard)
+        alpha = max(0.5, _nan_to(_regress_rate(ml), 1.0))
+        beta = max(0.5, _nan_to(_regress_rate(Vl), 1.0))
+        Cl = cost[:n_lev]
+        Ns = _optimal_samples(Vl, Cl)
+        dN[:] = 0
+        dN[:n_lev] = np.maximum(0, Ns - Nl)
+        if np.all(dN[:n_lev] <= 0.01 * Nl):
+            rem = _bias_estimate(ml, alpha)
+            if rem > 1.0 / math.sqrt(2.0):
+                if n_lev - 1 >= max_levels:
+                    converged = False
+                else:
+                    Vl = np.append(Vl, Vl[-1] / 2**beta)
+                    n_lev += 1
+                    Ns = _optimal_samples(Vl, cost[:n_lev])
+                    Ns[-1] = max(Ns[-1], n_initial)
+                    dN[:n_lev] = np.maximum(0, Ns - N[:n_lev])
+
+    Nl = N[:n_lev]
+    mean = sum1[:n_lev] / Nl[:, None]
+    var = np.maximum(sum2[:n_lev] / Nl[:, None] - mean**2, 0.0) * Nl[:, None] / np.maximum(Nl - 1, 1)[:, None]
+    bias = np.array([_bias_estimate(np.abs(mean[:, j]), alpha) for j in range(mean.shape[1])])
+    rmse = np.sqrt((var / Nl[:, None]).sum(axis=0) + bias**2)
+    if not converged:
+        warnings.warn(
+            f"MLSGLD reached max_levels={max_levels} with the estimated bias above target_rmse / sqrt(2); the "
+            "estimate's RMSE may exceed the target. Increase max_levels or the horizon.", UserWarning,
+        )
+    levels = [
+        {"level": lv, "step_size": coupled.step_size(lv), "n_steps": coupled.n_steps(lv), "n_samples": int(Nl[lv]),
+         "mean": mean[lv].copy(), "var": var[lv].copy(), "cost": float(cost[lv]), "n_grad_evals": int(evals[lv])}
+        for lv in range(n_lev)
+    ]
+    result = MultilevelResult(
+        estimate=mean.sum(axis=0), rmse=rmse, target_rmse=np.asarray(eps, dtype=float), levels=levels,
+        n_grad_evals=int(evals.sum()), n_grad_evals_setup=0, n_iter=int(steps), converged=converged,
+        alpha=float(alpha), beta=float(beta), theta0=coupled.theta0, step_size=coupled.h0, horizon=coupled.m,
+        batch_size=coupled.batches.n,
+    )
+    if keep_draws:
+        draws, weights = [], []
+        for lv in range(n_lev):
+            for points, coefs in kept[lv]:
+                draws.append(points.reshape(-1, points.shape[-1]))
+                weights.append(np.tile(coefs / Nl[lv], points.shape[0]))
+        result.draws = np.concatenate(draws)
+        result.weights = np.concatenate(weights)
+    return result
+
+
+def _nan_to(x, default):
+    return default if not np.isfinite(x) else x
+
+
+def _optimal_samples(Vl, Cl):
+    """``N_l = ceil(2 sqrt(V_l / C_l) sum_k sqrt(V_k C_k))`` at unit (normalised) eps."""
+    return np.ceil(2.0 * np.sqrt(Vl / Cl) * np.sum(np.sqrt(Vl * Cl))).astype(np.int64)
+
+
+def _bias_estimate(ml, alpha):
+    """Giles' remaining-bias estimate from the last three levels' ``|E Delta_l|``."""
+    L = len(ml) - 1
+    ks = [k for k in range(3) if L - k >= 1] or [0]
+    return max(ml[L - k] * 2.0 ** (-alpha * k) for k in ks) / (2.0**alpha - 1.0)
+
+
+# -- set-up and the public call ---------------------------------------------------------------
+def find_map(model, theta=None, tol=1e-10, max_iter=100):
+    """Maximum a posteriori point by damped Newton-Raphson (the paper's section 4).
+
+    Parameters
+    ----------
+    model : Model
+    theta : ndarray of shape (P,), optional
+        Start (``model.initial_point()`` by default).
+    tol : float, default=1e-10
+        Stop when the Newton decrement falls below ``tol``.
+    max_iter : int, default=100
+
+    Returns
+    -------
+    theta_map : ndarray of shape (P,)
+    n_passes : int
+        Full-data passes used (gradients and Hessians), for the set-up cost.
+    """
+    theta = model.initial_point() if theta is None else np.asarray(theta, dtype=float).copy()
+    lp, grad = model.log_posterior_and_grad(theta)
+    passes = 1
+    for _ in range(max_iter):
+        H = posterior_hessian(model, theta)
+        passes += 1
+        try:
+            step = np.linalg.solve(-H, grad)
+        except np.linalg.LinAlgError:
+            step = grad / max(1.0, np.abs(np.diag(H)).max())
+        if float(grad @ step) < 0:  # not an ascent direction: fall back to gradient ascent
+            step = grad / max(1.0, np.abs(np.diag(H)).max())
+        decrement = float(grad @ step)
+        if decrement < tol:
+            # Inside the quadratic-convergence region: one last full Newton step.
+            theta = theta + step
+            passes += 1
+            break
+        t = 1.0
+        while True:
+            new = theta + t * step
+            lp_new, grad_new = model.log_posterior_and_grad(new)
+            passes += 1
+            if np.isfinite(lp_new) and lp_new >= lp + 1e-4 * t * decrement or t < 1e-10:
+                break
+            t *= 0.5
+        theta, lp, grad = new, lp_new, grad_new
+    return theta, passes
+
+
+def estimate(model, g=None, target_rmse=0.1, *, theta0=None, rmse_units="absolute", antithetic=True, taylor=True,
+             averaging=False, step_size="auto", horizon="auto", batch_size="auto", n_initial=100, min_levels=2,
+             max_levels=10, n_jobs=None, random_state=None, keep_draws=False, verbose=0):
+    """Multilevel SGLD estimate of the posterior expectation ``E[g(theta)]``.
+
+    Builds the coupled levels (:class:`CoupledSGLD`) and runs Giles' driver (:func:`mlmc`)
+    until the estimated RMSE is below ``target_rmse``. Cost is counted in data items touched
+    (per-example gradient evaluations), the paper's unit.
+
+    Parameters
+    ----------
+    model : Model
+        For instance ``LogisticModel(X, y)`` from :mod:`skbayes_sg.models`.
+    g : callable or None, default=None
+        Vectorised: maps states (M, P) to (M,) or (M, q). None estimates the posterior mean.
+    target_rmse : float or array of shape (q,), default=0.1
+        ``eps`` (see ``rmse_units``).
+    theta0 : ndarray of shape (P,), optional
+        Start of every path and Taylor expansion point; the MAP (Newton-Raphson) by default.
+    rmse_units : {"absolute", "posterior_sd"}, default="absolute"
+        Whether ``eps`` is absolute or relative to each coordinate's posterior standard
+        deviation (estimated at level 0).
+    antithetic : bool, default=True
+        Antithetic coupling (section 3.2), ``V_l = O(h_l^2)``; False gives the plain one
+        (section 3.1), ``V_l = O(h_l)``.
+    taylor : bool, default=True
+        Taylor-based stochastic gradient around ``theta0`` (section 3.4). Needs the full-data
+        Hessian at ``theta0`` (a P x P matrix, formed once).
+    averaging : bool, default=False
+        Average ``g`` over the last part of each path (section 3.3). With ``keep_draws``
+        every averaged state is kept.
+    step_size : float or "auto", default="auto"
+        ``h_0``. ``"auto"``: ``0.25 / lambda_max`` with ``lambda_max`` the largest eigenvalue
+        of the negative log posterior's Hessian at ``theta0`` (for the paper's logistic
+        regression with N(0, 1) covariates this is close to its ``h_0 = 1 / N``).
+    horizon : int or "auto", default="auto"
+        ``m`` of ``T_l = m (l + 1) h_0``. ``"auto"``: ``max(5, ceil(1 / (h_0 lambda_min)))``,
+        so that each level adds at least one relaxation time of the slowest direction
+        (the paper's ``m = 5`` for its well-conditioned example).
+    batch_size : int, "auto" or None, default="auto"
+        ``n``; ``"auto"`` is the paper's ``ceil(N^(1/3))``, ``None`` the full data.
+    n_initial : int, default=100
+        Samples per level in the driver's first round.
+    min_levels, max_levels : int, default=2, 10
+    n_jobs : int or None
+        Parallel workers for levels and chunks (joblib).
+    random_state : int, SeedSequence or None
+    keep_draws : bool, default=False
+        Keep the states with signed weights (``result.draws``, ``result.weights``).
+    verbose : int, default=0
+
+    Returns
+    -------
+    MultilevelResult
+        ``result.estimate``, ``result.rmse`` and the per-level table ``result.levels``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbayes_sg.models import LogisticModel
+    >>> from skbayes_sg.multilevel import estimate
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((1000, 2))
+    >>> y = (rng.random(1000) < 1 / (1 + np.exp(-X @ [1.0, -0.5]))).astype(float)
+    >>> res = estimate(LogisticModel(X, y), target_rmse=0.2, rmse_units="posterior_sd", random_state=0)
+    >>> res.estimate.shape
+    (3,)
+    """
+    N = model.n_samples
+    setup = 0
+    if theta0 is None:
+        theta0, passes = find_map(model)
+        setup += passes * N
+    theta0 = np.asarray(theta0, dtype=float)
+    if batch_size == "auto":
+        batch_size = int(math.ceil(N ** (1.0 / 3.0) - 1e-9))
+    elif batch_size is not None and (not isinstance(batch_size, Integral) or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive int, 'auto' or None; got {batch_size!r}.")
+    H_ll = loglik_hessian(model, theta0)
+    H_post = posterior_hessian(model, theta0)
+    setup += 2 * N
+    curv = np.linalg.eigvalsh(-0.5 * (H_post + H_post.T))
+    lam_max = float(max(abs(curv[-1]), 1e-12))
+    lam_min = float(curv[0])
+    if isinstance(step_size, str):
+        if step_size != "auto":
+            raise ValueError(f"step_size must be a positive float or 'auto'; got {step_size!r}.")
+        step_size = 0.25 / lam_max
+    if isinstance(horizon, str):
+        if horizon != "auto":
+            raise ValueError(f"horizon must be a positive int or 'auto'; got {horizon!r}.")
+        if lam_min <= 0:
+            raise ValueError("horizon='auto' needs a log posterior that is strictly concave at theta0 "
+                             "(start from the MAP), or give horizon explicitly.")
+        horizon = max(5, int(math.ceil(1.0 / (step_size * lam_min))))
+    coupled = CoupledSGLD(model, theta0, step_size, horizon, batch_size, antithetic=antithetic, taylor=taylor,
+                          averaging=averaging, H_loglik=H_ll)
+    if coupled.taylor:
+        setup += N
+    seed = random_state if isinstance(random_state, np.random.SeedSequence) else np.random.SeedSequence(random_state)
+    result = mlmc(coupled, g, target_rmse, rmse_units=rmse_units, n_initial=n_initial, min_levels=min_levels,
+                  max_levels=max_levels, seed=seed, n_jobs=n_jobs, keep_draws=keep_draws, verbose=verbose)
+    result.n_grad_evals_setup = int(setup)
+    result.extra.update({"lambda_max": lam_max, "lambda_min": lam_min})
+    return result

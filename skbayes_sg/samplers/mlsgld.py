@@ -1,0 +1,153 @@
+"""Multilevel SGLD as an estimator's sampler: signed-weight draws instead of chains."""
+
+import numbers
+
+from ..multilevel import estimate
+from ._base import BaseSampler
+
+
+class MLSGLD(BaseSampler):
+    """Multilevel stochastic gradient Langevin dynamics (Nagapetyan et al. 2017).
+
+    Not a Markov chain: the estimator fits by the multilevel Monte Carlo driver of
+    :func:`skbayes_sg.multilevel.estimate` with ``g`` the parameter vector. Levels
+    ``l = 0..L`` run SGLD at step sizes ``h_l = h_0 2^-l`` over horizons
+    ``T_l = m (l + 1) h_0``; fine and coarse paths are coupled (shared Gaussian increments,
+    minibatches as in the paper's eq. 8 or antithetic, eq. 10), and the number of samples
+    per level and of levels are chosen so that every posterior mean coordinate has RMSE
+    at most ``target_rmse`` posterior standard deviations (sd estimated at level 0).
+
+    The estimator stores the coupled states as ``samples_`` with signed weights in
+    ``sample_weight_`` (fine states positive, coarse ones negative; level 0's sum to 1,
+    every other level's to 0), so that ``coef_``, ``predict`` and ``predict_proba`` are the
+    multilevel (telescoping) estimates, unbiased up to the finest level's bias. Because
+    weights are signed, a weighted average of probabilities can leave [0, 1] by Monte Carlo
+    error; the classifiers clip and renormalise ``predict_proba``. Draws are not samples of
+    the posterior: use the weights for every summary (quantiles of ``coef_samples_`` are
+    meaningless). ``diagnostics_`` holds ``n_grad_evals`` (data items touched by the paths,
+    the paper's cost unit), ``n_grad_evals_setup`` (Hessian and gradient at the start),
+    ``levels`` (per level: step size, steps, ``N_l``, mean and variance of ``Delta_l``,
+    cost per sample), ``rmse`` (estimated, per parameter), ``converged``, and ``n_iter``
+    (SGLD steps over all paths). The estimator's ``n_iter``, ``burn_in``, ``thin``,
+    ``n_chains`` and ``warm_start`` do not apply; its ``batch_size`` is the minibatch size
+    ``n`` (the paper uses ``ceil(N^(1/3))``) and ``init`` the start and Taylor expansion
+    point ``theta_0`` (``"map"``, the default, as in the paper).
+
+    Parameters
+    ----------
+    target_rmse : float, default=0.1
+        RMSE target of each posterior mean coordinate, in units of its posterior standard
+        deviation.
+    antithetic : bool, default=True
+        Antithetic coupling (section 3.2): level variances ``V_l = O(h_l^2)`` and cost
+        ``O(eps^-2)``. False: the plain coupling (section 3.1), ``V_l = O(h_l)``.
+    taylor : bool or "auto", default="auto"
+        Taylor-based stochastic gradient around ``theta_0`` (section 3.4): exact full-data
+        gradient and Hessian at ``theta_0``, only the remainder subsampled; makes the cost
+        grow sublinearly in N. Forms the P x P Hessian once, and each step applies it to every
+        path (O(P^2) per path-step against O(n P) for the minibatch). ``"auto"`` uses it up to
+        ``P = 200`` parameters, where the P x P product stays cheap next to the variance
+        reduction it buys (about 100x per level in ``benchmarks/mlsgld.py``).
+    averaging : bool, default=False
+        Average over the end of each path (section 3.3); keeps more draws.
+    step_size : float or "auto", default="auto"
+        ``h_0``; ``"auto"`` is ``0.25 / lambda_max`` (largest curvature at ``theta_0``).
+    horizon : int or "auto", default="auto"
+        ``m`` in ``T_l = m (l + 1) h_0``; ``"auto"`` makes ``T_0`` at least one relaxation
+        time ``1 / lambda_min`` (and ``m >= 5``, the paper's value).
+    n_initial : int, default=100
+        Samples per level in the driver's first round.
+    max_levels : int, default=10
+        Finest level allowed.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.preprocessing import scale
+    >>> from skbayes_sg import SGBayesLogisticRegression
+    >>> from skbayes_sg.samplers import MLSGLD
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> clf = SGBayesLogisticRegression(sampler=MLSGLD(target_rmse=0.2), random_state=0)
+    """
+
+    is_multilevel = True
+
+    #: Largest number of parameters for which ``taylor="auto"`` uses the Taylor gradient.
+    TAYLOR_MAX_PARAMS = 200
+
+    def __init__(self, target_rmse=0.1, antithetic=True, taylor="auto", averaging=False, step_size="auto",
+                 horizon="auto", n_initial=100, max_levels=10):
+        self.target_rmse = target_rmse
+        self.antithetic = antithetic
+        self.taylor = taylor
+        self.averaging = averaging
+        self.step_size = step_size
+        self.horizon = horizon
+        self.n_initial = n_initial
+        self.max_levels = max_levels
+
+    def validate(self):
+        super().validate()
+        self._check_positive("target_rmse")
+        for name in ("n_initial", "max_levels"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"MLSGLD: {name} must be a positive int; got {value!r}.")
+        h = self.horizon
+        if not (isinstance(h, str) and h == "auto") and (
+                isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1):
+            raise ValueError(f'MLSGLD: horizon must be a positive int or "auto"; got {h!r}.')
+        if self.taylor not in (True, False, "auto"):
+            raise ValueError(f'MLSGLD: taylor must be True, False or "auto"; got {self.taylor!r}.')
+
+    def run(self, model, theta0, seed, n_jobs=None, batch_size=None):
+        """Run the multilevel estimator of the posterior mean; return signed-weight draws.
+
+        Parameters
+        ----------
+        model : Model
+        theta0 : ndarray of shape (P,)
+            Start of every path and Taylor expansion point.
+        seed : numpy.random.SeedSequence
+        n_jobs : int or None
+        batch_size : int or None
+
+        Returns
+        -------
+        draws : ndarray of shape (n_draws, P)
+        weights : ndarray of shape (n_draws,)
+            ``sum_s weights[s] f(draws[s])`` is the multilevel estimate of ``E[f]``.
+        diagnostics : dict
+        """
+        self.validate()
+        taylor = model.n_params <= self.TAYLOR_MAX_PARAMS if self.taylor == "auto" else self.taylor
+        res = estimate(
+            model, None, self.target_rmse, theta0=theta0, rmse_units="posterior_sd", antithetic=self.antithetic,
+            taylor=taylor, averaging=self.averaging, step_size=self.step_size, horizon=self.horizon,
+            batch_size=batch_size, n_initial=self.n_initial, max_levels=self.max_levels, n_jobs=n_jobs,
+            random_state=seed, keep_draws=True,
+        )
+        diag = {
+            "n_grad_evals": res.n_grad_evals,
+            "n_grad_evals_setup": res.n_grad_evals_setup,
+            "n_iter": res.n_iter,
+            "levels": res.levels,
+            "n_levels": len(res.levels),
+            "step_size": res.step_size,
+            "horizon": res.horizon,
+            "batch_size": res.batch_size,
+            "rmse": res.rmse,
+            "target_rmse": res.target_rmse,
+            "converged": res.converged,
+            "taylor": taylor,
+            "alpha": res.alpha,
+            "beta": res.beta,
+            **res.extra,
+        }
+        return res.draws, res.weights, diag
+
+    def init_state(self, theta0, target, rng, step_size):
+        raise TypeError("MLSGLD is a multilevel estimator, not a Markov chain: estimators call MLSGLD.run().")
+
+    def step(self, state, target, rng):
+        raise TypeError("MLSGLD is a multilevel estimator, not a Markov chain: estimators call MLSGLD.run().")

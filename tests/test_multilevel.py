@@ -1,0 +1,255 @@
+"""Multilevel SGLD: model curvature, level couplings, MLMC driver and estimator integration.
+
+References are exact: finite differences for the derivatives, the closed-form covariance of
+the Euler-discretised Langevin dynamics for full-data Bayesian linear regression, and the
+conjugate Gaussian posterior for the multilevel estimates. Statistical tolerances are
+derived from the Monte Carlo error of the quantity tested.
+"""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
+from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel, SoftmaxModel
+from skbayes_sg.models._hessian import (
+    log_prior_grad_paths,
+    loglik_grad_paths,
+    loglik_hvp,
+    loglik_hvp_paths,
+    posterior_hessian,
+    taylor_remainder_paths,
+)
+from skbayes_sg.multilevel import CoupledSGLD, _Force, _Minibatches, estimate, find_map
+from skbayes_sg.samplers import MLSGLD
+
+
+def _models(rng, N=40, D=3):
+    X = rng.standard_normal((N, D))
+    return {
+        "logistic": LogisticModel(X, (rng.random(N) < 0.5).astype(float), alpha=0.7),
+        "softmax": SoftmaxModel(X, rng.integers(0, 3, N), n_classes=3, alpha=0.7),
+        "linear_fixed_tau": LinearRegressionModel(X, rng.standard_normal(N), noise_precision=2.0),
+        "linear_log_tau": LinearRegressionModel(X, rng.standard_normal(N)),
+        "linear_no_intercept": LinearRegressionModel(X, rng.standard_normal(N), fit_intercept=False),
+        "normal_gamma": NormalGammaModel(rng.standard_normal(N) + 1.0),
+    }
+
+
+def _point(model, rng):
+    theta = 0.3 * rng.standard_normal(model.n_params)
+    if isinstance(model, NormalGammaModel):
+        theta[1] = 1.2
+    return theta
+
+
+@pytest.mark.parametrize("name", list(_models(np.random.default_rng(0))))
+def test_minibatch_hvp_matches_finite_differences(name):
+    rng = np.random.default_rng(1)
+    model = _models(rng)[name]
+    theta, v = _point(model, rng), rng.standard_normal(model.n_params)
+    idx = rng.integers(0, model.n_samples, 7)
+    eps = 1e-6
+    fd = (model.log_likelihood_and_grad(theta + eps * v, idx)[1]
+          - model.log_likelihood_and_grad(theta - eps * v, idx)[1]) / (2 * eps)
+    np.testing.assert_allclose(loglik_hvp(model, theta, v, idx), fd, rtol=1e-6, atol=1e-6)
+    # Full data and the posterior Hessian (prior included) against differences of the gradient.
+    H = posterior_hessian(model, theta)
+    fd_H = np.stack([(model.grad_log_posterior(theta + eps * e) - model.grad_log_posterior(theta - eps * e)) / (2 * eps)
+                     for e in np.eye(model.n_params)], axis=1)
+    np.testing.assert_allclose(H, fd_H, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(_models(np.random.default_rng(0))))
+def test_path_stacks_match_single_path_calls(name):
+    rng = np.random.default_rng(2)
+    model = _models(rng)[name]
+    M, n = 5, 6
+    thetas = np.stack([_point(model, rng) for _ in range(M)])
+    idx = rng.integers(0, model.n_samples, (M, n))
+    V = rng.standard_normal(thetas.shape)
+    theta0 = _point(model, rng)
+    grads = loglik_grad_paths(model, thetas, idx)
+    for m in range(M):
+        np.testing.assert_allclose(grads[m], model.log_likelihood_and_grad(thetas[m], idx[m])[1], atol=1e-10)
+        np.testing.assert_allclose(log_prior_grad_paths(model, thetas)[m], model.log_prior_and_grad(thetas[m])[1])
+    hv = loglik_hvp_paths(model, thetas, V, idx)
+    for m in range(M):
+        np.testing.assert_allclose(hv[m], loglik_hvp(model, thetas[m], V[m], idx[m]), atol=1e-8)
+    # Eq. 11's remainder, fused, equals its definition term by term.
+    rem = taylor_remainder_paths(model, thetas, theta0, idx)
+    ref = (grads - loglik_grad_paths(model, np.tile(theta0, (M, 1)), idx)
+           - loglik_hvp_paths(model, theta0, thetas - theta0, idx))
+    np.testing.assert_allclose(rem, ref, atol=1e-8)
+
+
+@pytest.mark.parametrize("taylor", [False, True])
+def test_stochastic_force_is_unbiased(taylor):
+    # With n = 1, averaging the force over every row as the minibatch is its expectation
+    # under uniform sampling: it must equal the full-data gradient of the log posterior.
+    rng = np.random.default_rng(3)
+    model = _models(rng)["logistic"]
+    N = model.n_samples
+    theta, theta0 = _point(model, rng), _point(model, rng)
+    force = _Force(model, theta0, _Minibatches(N, 1), taylor)
+    F = force(np.tile(theta, (N, 1)), np.arange(N)[:, None])
+    np.testing.assert_allclose(F.mean(axis=0), model.grad_log_posterior(theta), rtol=1e-10, atol=1e-10)
+
+
+def test_coarse_minibatch_is_drawn_without_replacement_from_the_fine_ones():
+    b = _Minibatches(1000, 4)
+    rng = np.random.default_rng(4)
+    idx1, idx2 = b.draw(rng, 20000), b.draw(rng, 20000)
+    idx1[:, 0] = idx2[:, 0] = -1  # marks slot 0 of each fine batch
+    idx_c = b.coarse(rng, idx1, idx2)
+    # n of the 2n slots without replacement: a marked slot is picked with probability 1/2,
+    # and both marked slots with probability (n choose 2)... hypergeometric: n(n-1)/(2n(2n-1)).
+    both = (idx_c == -1).sum(axis=1)
+    n = 4
+    p2 = n * (n - 1) / (2 * n * (2 * n - 1))
+    for k, p in ((2, p2), (1, 2 * (0.5 - p2))):
+        freq = np.mean(both == k)
+        assert abs(freq - p) < 4 * np.sqrt(p * (1 - p) / both.size)
+    assert np.all(np.sort(np.concatenate([idx1, idx2], 1), 1)[:, :1] == -1)
+
+
+def _gaussian_problem(N=200, D=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, D))
+    y = X @ np.linspace(1.0, -1.0, D) + 0.5 + rng.standard_normal(N)
+    model = LinearRegressionModel(X, y, noise_precision=1.0)
+    Xa = np.column_stack([X, np.ones(N)])
+    S = np.linalg.inv(Xa.T @ Xa + np.eye(D + 1))
+    return model, S @ Xa.T @ y, S
+
+
+def _euler_cov(A, h, steps):
+    """Covariance after ``steps`` Euler-Langevin steps from a point, for the Gaussian target N(., A^-1)."""
+    B = np.eye(len(A)) - h * A
+    C = np.zeros_like(A)
+    for _ in range(steps):
+        C = B @ C @ B.T + 2 * h * np.eye(len(A))
+    return C
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("antithetic", [False, True])
+def test_fine_and_coarse_paths_have_the_euler_laws(antithetic):
+    # Full data: SGLD is Euler-Maruyama for an OU process, whose covariance after s steps is
+    # known. The fine path at level l must have it at (h_l, s_l) and the coarse path at
+    # (h_{l-1}, s_{l-1}), the law of level l - 1 (the telescoping sum needs exactly this).
+    model, mu, S = _gaussian_problem()
+    A = np.linalg.inv(S)
+    h0 = 0.5 / np.linalg.eigvalsh(A)[-1]
+    coupled = CoupledSGLD(model, mu, h0, 5, None, antithetic=antithetic, taylor=False)
+    level, M = 2, 3000
+    res = coupled.sample(level, M, np.random.default_rng(5), keep_points=True)
+    fine, coarse = res.points[:, 0], res.points[:, 1]
+    for pts, h, s in ((fine, coupled.step_size(level), coupled.n_steps(level)),
+                      (coarse, coupled.step_size(level - 1), coupled.n_steps(level - 1))):
+        exact = np.diag(_euler_cov(A, h, s))
+        emp = ((pts - mu) ** 2).mean(axis=0)
+        # Sample second moment of a Gaussian: relative sd sqrt(2 / M).
+        assert np.all(np.abs(emp / exact - 1) < 4 * np.sqrt(2 / M)), (emp, exact)
+    if antithetic:  # full data: both coarse paths see the same gradient and noise
+        np.testing.assert_allclose(res.points[:, 1], res.points[:, 2])
+
+
+@pytest.mark.statistical
+def test_level_variances_decay_at_order_one_plain_and_two_antithetic():
+    # Section 4.1: V_l = O(h_l) for the plain coupling (the coarse minibatch differs from
+    # the fine ones) and O(h_l^2) for the antithetic one. Standard (not Taylor) gradients,
+    # so that minibatch noise is present; a long horizon (m = 10) puts levels 1..5 in the
+    # asymptotic regime. The slope's Monte Carlo sd is about sqrt(2 / M) / ln 2 / sqrt(10)
+    # = 0.03 for M = 600; the tolerance 0.35 leaves room for the pre-asymptotic curvature.
+    model, mu, S = _gaussian_problem()
+    h0 = 0.25 / np.linalg.eigvalsh(np.linalg.inv(S))[-1]
+    levels = np.arange(1, 6)
+    slopes = {}
+    for antithetic in (False, True):
+        coupled = CoupledSGLD(model, mu, h0, 10, 6, antithetic=antithetic, taylor=False)
+        V = [coupled.sample(lv, 600, np.random.default_rng(10 + lv), lambda t: t - mu).delta.var(axis=0).sum()
+             for lv in levels]
+        slopes[antithetic] = np.polyfit(levels, np.log2(V), 1)[0]
+    assert abs(slopes[False] + 1.0) < 0.35, slopes
+    assert abs(slopes[True] + 2.0) < 0.35, slopes
+
+
+def _normalised_errors(taylor, averaging, r, n_seeds):
+    model, mu, S = _gaussian_problem()
+    exact = np.r_[mu, np.diag(S)]
+    eps = r * np.r_[np.sqrt(np.diag(S)), np.diag(S)]
+
+    def g(t):
+        return np.concatenate([t, (t - mu) ** 2], axis=1)
+
+    errs = []
+    for seed in range(n_seeds):
+        res = estimate(model, g, eps, theta0=mu, taylor=taylor, averaging=averaging, batch_size=6, random_state=seed)
+        errs.append((res.estimate - exact) / eps)
+    return np.array(errs)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("taylor, averaging, r", [(False, False, 0.3), (True, True, 0.2)])
+def test_multilevel_estimate_is_within_its_stated_rmse(taylor, averaging, r):
+    # The driver targets MSE <= eps^2 for each coordinate of g = (theta, (theta - m)^2): the
+    # posterior mean and variances, against the exact Gaussian posterior. The variances are
+    # biased at every fixed level (step size, minibatch noise and finite horizon), so only a
+    # correct telescoping sum meets the target. With errors e = (estimate - exact) / eps of
+    # MSE <= 1, the mean of e^2 over S seeds is at most chi2_S / S in the worst case (b = 0,
+    # v = 1); its 1 - 0.001 / q quantile (Bonferroni over q coordinates) is the bound.
+    n_seeds = 16
+    errs = _normalised_errors(taylor, averaging, r, n_seeds)
+    bound = stats.chi2.ppf(1 - 0.001 / errs.shape[1], n_seeds) / n_seeds
+    assert np.all((errs**2).mean(axis=0) < bound), ((errs**2).mean(axis=0), bound)
+
+
+def test_draws_and_weights_reproduce_the_estimate_and_do_not_depend_on_n_jobs():
+    model, mu, S = _gaussian_problem(N=100)
+    kwargs = dict(theta0=mu, taylor=False, batch_size=5, random_state=7, keep_draws=True, n_initial=40)
+    a = estimate(model, None, 0.05, **kwargs)
+    b = estimate(model, None, 0.05, n_jobs=2, **kwargs)
+    np.testing.assert_array_equal(a.estimate, b.estimate)
+    np.testing.assert_array_equal(a.draws, b.draws)
+    np.testing.assert_allclose(a.weights @ a.draws, a.estimate, atol=1e-12)
+    assert np.isclose(a.weights.sum(), 1.0)
+    assert a.n_grad_evals == sum(lv["n_samples"] * lv["cost"] for lv in a.levels)
+    c = estimate(model, None, 0.05, **{**kwargs, "random_state": 8})
+    assert not np.array_equal(a.estimate, c.estimate)
+
+
+def test_find_map_reaches_a_stationary_point():
+    model = _models(np.random.default_rng(6))["logistic"]
+    theta, _ = find_map(model)
+    assert np.linalg.norm(model.grad_log_posterior(theta)) < 1e-8
+
+
+def test_estimators_fit_by_mlsgld_with_signed_weights():
+    model, mu, S = _gaussian_problem(N=150)
+    reg = SGBayesLinearRegression(sampler=MLSGLD(target_rmse=0.2), noise_precision=1.0, batch_size=6,
+                                  random_state=0).fit(model.X, model.y)
+    assert reg.samples_.ndim == 3 and reg.samples_.shape[0] == 1
+    assert reg.sample_weight_.shape == reg.samples_.shape[:2]
+    assert np.isclose(reg.sample_weight_.sum(), 1.0) and (reg.sample_weight_ < 0).any()
+    d = reg.diagnostics_
+    for key in ("n_grad_evals", "levels", "n_iter", "rmse", "converged"):
+        assert key in d
+    # RMSE 0.2 sd per coordinate; 5 sd of slack for a single fit.
+    assert np.all(np.abs(np.r_[reg.coef_, reg.intercept_] - mu) < 5 * 0.2 * np.sqrt(np.diag(S)))
+    mean, std = reg.predict(model.X[:4], return_std=True)
+    assert np.all(np.isfinite(std))
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((200, 2))
+    y = np.where(X[:, 0] - X[:, 1] + rng.logistic(size=200) > 0, "a", "b")
+    clf = SGBayesLogisticRegression(sampler="mlsgld", batch_size=6, random_state=0).fit(X, y)
+    proba = clf.predict_proba(X)
+    assert np.all((proba >= 0) & (proba <= 1)) and np.allclose(proba.sum(axis=1), 1.0)
+    assert set(clf.predict(X)) <= {"a", "b"}
+
+
+@pytest.mark.parametrize("params", [{"target_rmse": 0}, {"n_initial": 0}, {"horizon": 0}, {"step_size": -1.0}])
+def test_mlsgld_rejects_bad_hyperparameters(params):
+    with pytest.raises(ValueError):
+        MLSGLD(**params).validate()
