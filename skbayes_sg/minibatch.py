@@ -98,8 +98,7 @@ class MinibatchGradient:
         rows, scale = self._next_rows(rng)
         grads = self.model.per_example_gradients(theta, rows)
         self.n_grad_evals += grads.n_batch
-        force = grads.mean()
-        force *= scale * grads.n_batch
+        force = grads.mean() * (scale * grads.n_batch)
         force += self.model.grad_log_prior(theta)
         return force, grads
 

@@ -193,3 +193,17 @@ def test_per_example_hvp_rows(name):
     H_rows = model.per_example_hvp(theta, v, idx).to_dense()
     for k, i in enumerate(idx):
         np.testing.assert_allclose(H_rows[k], model.loglik_hvp(theta, v, np.array([i])), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "linreg_noint"])
+def test_total_sum_of_squares_is_trace_of_GtG(name):
+    model = MODELS[name]
+    rng = np.random.default_rng(15)
+    theta = _point(model, rng)
+    for rows in (rng.integers(0, model.n_samples, 12), slice(5, 17), None):
+        ops = model.per_example_gradients(theta, rows)
+        G = ops.to_dense()
+        assert ops.total_sum_of_squares() == pytest.approx(float((G**2).sum()), rel=1e-12)
+    # The cached mean is shared, so it must not be writable.
+    with pytest.raises(ValueError, match="read-only"):
+        ops.mean()[0] = 1.0

@@ -98,19 +98,25 @@ class LinearPerExampleGradients(PerExampleGradients):
         Whether the parameter vector has K intercepts after the ``D x K`` weights.
     extra : ndarray of shape (n, k), optional
         Gradients of the extra per-example coordinates.
+    row_sq_norms : callable, optional
+        Returns ``||x_i||^2`` for the minibatch rows (n,), typically gathered from norms the
+        model computed once; makes :meth:`total_sum_of_squares` O(n K) instead of O(n D K).
     """
 
-    def __init__(self, X, R, fit_intercept, extra=None):
+    def __init__(self, X, R, fit_intercept, extra=None, row_sq_norms=None):
         self.X = X
         self.R = R
         self.fit_intercept = fit_intercept
         self.extra = extra
+        self._row_sq_norms = row_sq_norms
         n, D = X.shape
         K = R.shape[1]
         self.n_batch = n
         self._n_weights = D * K
         self._shape = (D, K)
         self.n_params = D * K + (K if fit_intercept else 0) + (0 if extra is None else extra.shape[1])
+        self._r = R[:, 0] if K == 1 else None
+        self._mean = None
 
     def _parts(self, v):
         D, K = self._shape
@@ -133,6 +139,14 @@ class LinearPerExampleGradients(PerExampleGradients):
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def mean(self):
+        """Mean gradient (P,), computed once and returned read-only (the force and the
+        noise covariance of the same minibatch both need it)."""
+        if self._mean is None:
+            self._mean = self._compute_mean()
+            self._mean.flags.writeable = False
+        return self._mean
+
+    def _compute_mean(self):
         # Written into one preallocated vector: this runs once per sampler iteration, and
         # concatenation and np.mean's overhead were a visible share of a small model's step.
         n = self.n_batch
@@ -153,6 +167,18 @@ class LinearPerExampleGradients(PerExampleGradients):
         return out
 
     def matvec(self, v):
+        D = self._shape[0]
+        if self._r is not None:
+            # One output (logistic, linear regression): the hot path of mCCAdL's C step.
+            z = self.X @ v[:D]
+            pos = D
+            if self.fit_intercept:
+                z = z + v[D]
+                pos += 1
+            out = np.asarray(z).ravel() * self._r
+            if self.extra is not None:
+                out += self.extra @ v[pos:]
+            return out
         W, b, e = self._parts(v)
         XW = self.X @ W
         out = np.einsum("nk,nk->n", XW, self.R) if W.shape[1] > 1 else XW[:, 0] * self.R[:, 0]
@@ -163,10 +189,42 @@ class LinearPerExampleGradients(PerExampleGradients):
         return np.asarray(out).ravel()
 
     def rmatvec(self, u):
+        if self._r is not None:
+            ru = self._r * u
+            out = np.empty(self.n_params)
+            D = self._shape[0]
+            out[:D] = self.X.T @ ru
+            pos = D
+            if self.fit_intercept:
+                out[D] = ru.sum()
+                pos += 1
+            if self.extra is not None:
+                out[pos:] = self.extra.T @ u
+            return out
         w = self.X.T @ (self.R * u[:, None])
         b = self.R.T @ u if self.fit_intercept else None
         e = self.extra.T @ u if self.extra is not None else None
         return self._join(w, b, e)
+
+    def total_sum_of_squares(self):
+        """``sum_i ||g_i||^2`` (a scalar), the trace of ``G'G``.
+
+        ``||g_i||^2 = ||x_i||^2 ||R_i||^2 (+ ||R_i||^2 with intercepts) + ||e_i||^2``: with
+        the rows' squared norms from the model it costs O(n K), not a pass over X.
+        """
+        R2 = np.einsum("nk,nk->n", self.R, self.R)
+        if self._row_sq_norms is not None:
+            x2 = self._row_sq_norms()
+        elif hasattr(self.X, "multiply"):
+            x2 = np.asarray(self.X.multiply(self.X).sum(axis=1)).ravel()
+        else:
+            x2 = np.einsum("nd,nd->n", self.X, self.X)
+        total = float(x2 @ R2)
+        if self.fit_intercept:
+            total += float(R2.sum())
+        if self.extra is not None:
+            total += float(np.einsum("nk,nk->", self.extra, self.extra))
+        return total
 
     def sum_of_squares(self):
         X2 = self.X.multiply(self.X) if hasattr(self.X, "multiply") else self.X * self.X

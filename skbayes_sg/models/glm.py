@@ -17,7 +17,8 @@ from ._gradients import LinearPerExampleGradients
 
 
 class _GLM(Model):
-    _data_attributes = ("X", "y")
+    _data_attributes = ("X", "y", "_row_sq_cache")
+    _row_sq_cache = None
     _n_extra = 0
 
     def __init__(self, X, y, *, alpha=1.0, fit_intercept=True, n_outputs=1):
@@ -109,10 +110,20 @@ class _GLM(Model):
         """Per-example log likelihood (n,) for the linear predictor Z (n, K)."""
         raise NotImplementedError
 
+    def _row_sq_norms(self, idx):
+        """``||x_i||^2`` of rows ``idx``, from norms computed once for all rows (O(N) memory)."""
+        if self._row_sq_cache is None:
+            X = self.X
+            if hasattr(X, "multiply"):
+                self._row_sq_cache = np.asarray(X.multiply(X).sum(axis=1)).ravel()
+            else:
+                self._row_sq_cache = np.einsum("nd,nd->n", X, X)
+        return self._row_sq_cache if idx is None else self._row_sq_cache[idx]
+
     def per_example_gradients(self, theta, idx):
         X, y = self._rows(idx)
         R = self._residuals(self._linear_predictor(theta, X), y)
-        return LinearPerExampleGradients(X, R, self.fit_intercept)
+        return LinearPerExampleGradients(X, R, self.fit_intercept, row_sq_norms=lambda: self._row_sq_norms(idx))
 
     def _curvature(self, theta, Z, y, U, e_v):
         """Second derivatives of the log likelihood in the linear predictor, applied.
@@ -315,7 +326,8 @@ class LinearRegressionModel(_GLM):
         if self.noise_precision is None:
             # d/ds [s/2 - e^s r^2 / 2]
             extra = (0.5 - 0.5 * tau * r * r)[:, None]
-        return LinearPerExampleGradients(X, (tau * r)[:, None], self.fit_intercept, extra)
+        return LinearPerExampleGradients(X, (tau * r)[:, None], self.fit_intercept, extra,
+                                         row_sq_norms=lambda: self._row_sq_norms(idx))
 
     def log_likelihood_and_grad(self, theta, idx=None):
         X, r, tau = self._terms(theta, idx)
