@@ -261,7 +261,10 @@ class BaseSGBayes(BaseEstimator):
             diag[f"mean_{name}"] = float(values.mean()) if values.size else float("nan")
         for key in results[0].summary:
             vals = [r.summary[key] for r in results]
-            diag[key] = sum(vals) if isinstance(vals[0], Integral) else float(np.mean(vals))
+            if isinstance(vals[0], np.ndarray):
+                diag[key] = np.stack(vals)  # per chain (e.g. a learned proposal factor)
+            else:
+                diag[key] = sum(vals) if isinstance(vals[0], Integral) else float(np.mean(vals))
         if diag.get("noise_clipped", 0) > 0:
             warnings.warn(
                 f"{type(self._sampler).__name__}: the noise estimate exceeded the friction on "

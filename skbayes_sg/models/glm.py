@@ -203,6 +203,22 @@ class LogisticModel(_GLM):
         s = expit(Z)
         return -s * (1.0 - s) * U, None
 
+    def log_likelihood_and_grad(self, theta, idx=None):
+        # Fused: one exp(-|z|) serves the stable log-likelihood and the residual, the whole
+        # cost of a full-data evaluation besides the two products with X (the exact
+        # samplers call this every iteration).
+        X, y = self._rows(idx)
+        z = self._linear_predictor(theta, X)[:, 0]
+        e = np.exp(-np.abs(z))
+        ll = float(y @ z) - float(np.maximum(z, 0.0).sum()) - float(np.log1p(e).sum())
+        r = y - np.where(z >= 0, 1.0, e) / (1.0 + e)
+        grad = np.empty(self.n_params)
+        D = self.n_features
+        grad[:D] = X.T @ r
+        if self.fit_intercept:
+            grad[D] = r.sum()
+        return ll, grad
+
     def _log_likelihood_terms(self, Z, y):
         z = Z[:, 0]
         # y z - log(1 + e^z) = log s(z) - (1 - y) z, with the stable log-sigmoid.

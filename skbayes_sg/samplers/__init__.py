@@ -9,18 +9,26 @@ from sklearn.base import clone
 
 from ._base import BaseSampler
 from ._state import SamplerState
+from .ccadl import CCAdL
+from .gadmala import GadMALA, GadRWM
+from .mccadl import MCCAdL
+from .mlsgld import MLSGLD
 from .sghmc import SGHMC
 from .sgld import SGLD
 from .sgnht import SGNHT
 
-__all__ = ["BaseSampler", "SamplerState", "SGLD", "SGHMC", "SGNHT", "get_sampler", "SAMPLERS"]
+__all__ = ["BaseSampler", "SamplerState", "SGLD", "SGHMC", "SGNHT", "CCAdL", "MCCAdL", "GadMALA", "GadRWM",
+           "MLSGLD", "get_sampler", "register", "SAMPLERS"]
 
 #: Sampler classes by the name an estimator's ``sampler`` parameter accepts.
-SAMPLERS = {cls.__name__.lower(): cls for cls in (SGLD, SGHMC, SGNHT)}
+SAMPLERS = {cls.__name__.lower(): cls for cls in (SGLD, SGHMC, SGNHT, CCAdL, MCCAdL, GadMALA, GadRWM, MLSGLD)}
 
 
 def register(cls):
-    """Make ``cls`` available to estimators under ``cls.__name__.lower()``."""
+    """Make a sampler class available to estimators under ``cls.__name__.lower()``.
+
+    For samplers defined outside the package; returns ``cls`` so it can decorate.
+    """
     SAMPLERS[cls.__name__.lower()] = cls
     return cls
 
@@ -52,20 +60,3 @@ def get_sampler(sampler):
         )
     instance.validate()
     return instance
-
-
-# TEMPORARY integration block while the other samplers are written in parallel: each module
-# registers itself when present. Replaced by plain imports once they land.
-import importlib as _importlib  # noqa: E402
-
-for _module, _names in (("ccadl", ("CCAdL",)), ("mccadl", ("MCCAdL",)), ("gadmala", ("GadMALA", "GadRWM")),
-                        ("mlsgld", ("MLSGLD",))):
-    try:
-        _mod = _importlib.import_module(f"{__name__}.{_module}")
-    except ModuleNotFoundError as _err:
-        if _err.name != f"{__name__}.{_module}":
-            raise
-        continue
-    for _name in _names:
-        globals()[_name] = register(getattr(_mod, _name))
-        __all__.append(_name)

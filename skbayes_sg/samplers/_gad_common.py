@@ -1,0 +1,288 @@
+"""What gadMALA and gadRWM share: the Cholesky factor L, its RMSprop ascent, beta, counters.
+
+Titsias & Dellaportas (2019), "Gradient-based adaptive Markov chain Monte Carlo",
+NeurIPS; section and equation numbers below refer to that paper. Both samplers propose
+with a Gaussian whose covariance is ``L L'`` and, during burn-in only, take one stochastic
+gradient step per iteration on ``L`` towards the maximum of the generalised speed
+measure's lower bound (eq. 5-6, Algorithm 1), then a multiplicative step on the entropy
+weight ``beta`` that steers the acceptance rate to ``target_accept``.
+
+``L`` is stored as a dense lower-triangular (P, P) array (``cholesky="full"``) or as its
+diagonal (P,) (``cholesky="diag"``); every product with it is then a matrix-vector
+product, O(P^2), or an elementwise one, O(P).
+"""
+
+import math
+import numbers
+
+import numpy as np
+
+from ._base import BaseSampler
+from ._state import SamplerState
+from ._step_size import largest_curvature
+
+#: Decay of RMSprop's running mean of squared gradients (section 2.1: G_t = 0.9 G_{t-1} + 0.1 g^2).
+_RMS_DECAY = 0.9
+#: Lower bound on beta: the authors' released code keeps beta above 1e-4 so that a long run of
+#: rejections cannot drive the entropy weight to zero, after which L could only shrink.
+_BETA_FLOOR = 1e-4
+#: Upper bound on beta, against overflow only: while proposals are accepted more often than
+#: ``target_accept``, beta grows geometrically (by up to 1 + rho_beta per iteration); the
+#: RMSprop-normalised step on L is the same for any beta that large.
+_BETA_CEIL = 1e100
+#: Lower bound on each diagonal entry of L, as a fraction of its initial value. The released
+#: code clips the diagonal at 1e-3 for a start of 0.1 / sqrt(P) (1 / 20 of it at P = 25); a
+#: floor relative to the start keeps L positive definite whatever the scale of the problem.
+_DIAG_FLOOR_FRACTION = 0.05
+
+CHOLESKY_KINDS = ("full", "diag")
+
+
+class GadSampler(BaseSampler):
+    """Base of the gradient-based adaptive Metropolis samplers (Titsias & Dellaportas 2019).
+
+    Holds what gadMALA and gadRWM share: hyperparameter checks, the initial state (``L``
+    at ``init_scale`` times the identity, ``beta = 1``), the RMSprop step on ``L`` and the
+    ``beta`` update of Algorithm 1, the end of adaptation, and the acceptance counters.
+    Subclasses implement :meth:`step`.
+
+    The step size ``h`` of the other samplers does not apply: the scale of the proposal is
+    in ``L``. :meth:`resolve_step_size` returns NaN, which the estimator reports as
+    ``diagnostics_["step_size"]``.
+
+    Adaptation runs from :meth:`init_state` until :meth:`end_adaptation` (called by the fit
+    loop once burn-in is over); from then on ``L`` and ``beta`` are frozen and every
+    iteration is a step of one fixed Metropolis-Hastings kernel that leaves the posterior
+    invariant.
+    """
+
+    requires_full_data = True
+    _stat_names = ("accepted", "accept_prob")
+
+    # -- hyperparameters ------------------------------------------------------------
+    def validate(self):
+        """Check the hyperparameters; raise ``ValueError`` naming the bad one."""
+        name = type(self).__name__
+        ta = self.target_accept
+        if isinstance(ta, bool) or not isinstance(ta, numbers.Real) or not 0.0 < ta < 1.0:
+            raise ValueError(f"{name}: target_accept must be a number in (0, 1); got {ta!r}.")
+        self._check_positive("learning_rate")
+        self._check_positive("beta_rate")
+        self._check_positive("init_scale", allow_auto=True, allow_none=True)
+        if self.cholesky not in CHOLESKY_KINDS:
+            raise ValueError(f"{name}: cholesky must be one of {CHOLESKY_KINDS}; got {self.cholesky!r}.")
+
+    def resolve_step_size(self, model, theta0):
+        """No step size: the proposal's scale is the adapted ``L``. Returns ``(nan, {})``."""
+        return float("nan"), {}
+
+    # -- state ----------------------------------------------------------------------------
+    def _auto_scale_constant(self, n_params):
+        """``c(P)`` of ``init_scale="auto"``: the optimal isotropic proposal scale in units
+        of the stiffest direction's standard deviation ``1 / sqrt(lambda_max)``."""
+        raise NotImplementedError
+
+    def initial_scale(self, n_params, model=None, theta=None):
+        """Diagonal of the initial ``L``.
+
+        ``init_scale`` as given; None: the paper's ``0.1 / sqrt(P)`` (section 4.2);
+        ``"auto"``: ``c(P) / sqrt(lambda_max)``, with ``lambda_max`` the largest curvature
+        of the negative log posterior at ``theta`` (a few dozen Hessian-vector products)
+        and ``c(P)`` the optimal scale of an isotropic proposal (:meth:`_auto_scale_constant`).
+        """
+        if self.init_scale is None:
+            return 0.1 / math.sqrt(n_params)
+        if isinstance(self.init_scale, str):
+            lam = largest_curvature(model, theta)
+            return self._auto_scale_constant(n_params) / math.sqrt(lam)
+        return float(self.init_scale)
+
+    def init_state(self, theta0, target, rng, step_size=None):
+        """State at ``theta0``: ``L = init_scale * I``, ``beta = 1``, adapting.
+
+        Evaluates the full-data log posterior and its gradient at ``theta0`` once; both are
+        cached in the state and refreshed only when a proposal is accepted.
+        """
+        theta = np.array(theta0, dtype=float)
+        n = theta.size
+        scale = self.initial_scale(n, target.model, theta)
+        full = self.cholesky == "full"
+        L = scale * np.eye(n) if full else np.full(n, scale)
+        log_p, grad = target.log_posterior_and_grad(theta)
+        extra = {
+            "L": L,
+            "beta": 1.0,
+            "G": np.zeros_like(L),
+            "n_rms": 0,
+            "diag_floor": _DIAG_FLOOR_FRACTION * scale,
+            "log_p": float(log_p),
+            "grad": np.array(grad, dtype=float),
+            "adapting": True,
+            "accepted": 0.0,
+            "accept_prob": 0.0,
+            "n_adapt_steps": 0,
+            "n_adapt_accepted": 0,
+            "n_steps": 0,
+            "n_accepted": 0,
+        }
+        # Work arrays of the adaptation, allocated once per chain.
+        extra["buf"] = np.empty_like(L)
+        extra["tmp"] = np.empty_like(L)
+        if full:
+            extra["tril"] = np.tri(n)
+        state = SamplerState(theta=theta, step_size=float("nan"), extra=extra)
+        self._refresh_cache(state)
+        return state
+
+    def _refresh_cache(self, state):
+        """Recompute what depends on ``L`` and the current state (nothing for gadRWM)."""
+
+    def end_adaptation(self, state):
+        """Freeze ``L`` and ``beta``: from now on the chain is a fixed MH kernel.
+
+        Called by the fit loop once, before the first iteration after burn-in (and at the
+        start of a ``warm_start`` continuation, where it changes nothing). The RMSprop
+        buffers are dropped.
+        """
+        extra = state.extra
+        if extra["adapting"]:
+            extra["adapting"] = False
+            for key in ("G", "buf", "tmp", "tril"):
+                extra.pop(key, None)
+            self._refresh_cache(state)
+        return state
+
+    # -- adaptation (Algorithm 1) ----------------------------------------------------
+    def _ascend(self, state, grad_L, diag_only):
+        """One RMSprop ascent step on ``L`` along ``grad_L`` (section 2.1), in place.
+
+        ``rho_t = eta / (1 + sqrt(G_t))`` elementwise, ``G_t = 0.9 G_{t-1} + 0.1 g_t^2``;
+        the first step sets ``G_1 = g_1^2`` as in the authors' code. ``diag_only`` says
+        that ``grad_L`` (full case) is zero off the diagonal, where only the decay of ``G``
+        is then needed. The diagonal is kept above a floor so that ``L`` stays a Cholesky
+        factor.
+        """
+        extra = state.extra
+        L, G = extra["L"], extra["G"]
+        eta = self.learning_rate
+        first = extra["n_rms"] == 0
+        extra["n_rms"] += 1
+        if L.ndim == 1 or not diag_only:
+            tmp = extra["tmp"]
+            np.square(grad_L, out=tmp)
+            if first:
+                G[...] = tmp
+            else:
+                G *= _RMS_DECAY
+                tmp *= 1.0 - _RMS_DECAY
+                G += tmp
+            np.sqrt(G, out=tmp)
+            tmp += 1.0
+            np.divide(grad_L, tmp, out=tmp)
+            tmp *= eta
+            L += tmp
+            Ld = L if L.ndim == 1 else L.reshape(-1)[:: L.shape[0] + 1]
+        else:
+            n = L.shape[0]
+            Ld = L.reshape(-1)[:: n + 1]
+            Gd = G.reshape(-1)[:: n + 1]
+            g2 = grad_L * grad_L
+            if first:
+                G[...] = 0.0
+                Gd[...] = g2
+            else:
+                G *= _RMS_DECAY
+                Gd += (1.0 - _RMS_DECAY) * g2
+            Ld += eta * grad_L / (1.0 + np.sqrt(Gd))
+        np.maximum(Ld, extra["diag_floor"], out=Ld)
+
+    def _adapt(self, state, a, b):
+        """Ascend ``F_L`` along its one-sample gradient ``[a b']_lower + beta diag(1 / L_ii)``.
+
+        The first term is the gradient of the M-H log ratio, present only when that ratio
+        is negative (the ReLU-like ``min{0, .}`` of eq. 6); pass ``a = None`` otherwise.
+        gadRWM has ``a = grad log pi(y)``, ``b = epsilon`` (section 2.2); gadMALA has
+        ``a = -(grad log pi(x) - grad log pi(y)) / 2``,
+        ``b = L' (grad log pi(x) - grad log pi(y)) / 2 + epsilon`` (supplement B). With
+        ``cholesky="diag"`` only the diagonal of the outer product is kept.
+        """
+        extra = state.extra
+        L = extra["L"]
+        entropy = self._entropy_gradient(state)
+        if a is None:
+            self._ascend(state, entropy, diag_only=True)
+            return
+        buf = extra["buf"]
+        if L.ndim == 1:
+            np.multiply(a, b, out=buf)
+            buf += entropy
+        else:
+            np.multiply.outer(a, b, out=buf)
+            buf *= extra["tril"]
+            buf.reshape(-1)[:: L.shape[0] + 1] += entropy
+        self._ascend(state, buf, diag_only=False)
+
+    def _entropy_gradient(self, state):
+        """``beta * diag(1 / L_11, ..., 1 / L_PP)``: gradient of ``beta log|L|`` (eq. 7), as (P,)."""
+        L = state.extra["L"]
+        Ld = L if L.ndim == 1 else L.diagonal()
+        return state.extra["beta"] / Ld
+
+    def _update_beta(self, state, accepted):
+        """``beta <- beta (1 + rho_beta (alpha_t - alpha*))`` (Algorithm 1), kept in [1e-4, 1e100]."""
+        extra = state.extra
+        beta = extra["beta"] * (1.0 + self.beta_rate * (accepted - self.target_accept))
+        extra["beta"] = min(max(beta, _BETA_FLOOR), _BETA_CEIL)
+
+    # -- bookkeeping ----------------------------------------------------------------------
+    def _record(self, state, log_ratio, accepted):
+        extra = state.extra
+        extra["accepted"] = 1.0 if accepted else 0.0
+        extra["accept_prob"] = 1.0 if log_ratio >= 0.0 else (math.exp(log_ratio) if log_ratio == log_ratio else 0.0)
+        extra["log_accept_ratio"] = log_ratio
+        if extra["adapting"]:
+            extra["n_adapt_steps"] += 1
+            extra["n_adapt_accepted"] += accepted
+        else:
+            extra["n_steps"] += 1
+            extra["n_accepted"] += accepted
+
+    def sample_stats(self, state):
+        """``accepted`` (1 or 0) and ``accept_prob`` (``min(1, MH ratio)``) of the latest step."""
+        return state.extra["accepted"], state.extra["accept_prob"]
+
+    def chain_summary(self, state):
+        """Acceptance rates, the final ``beta`` and the learned ``L`` of one chain.
+
+        Returns
+        -------
+        dict
+            ``acceptance_rate``: fraction of accepted proposals after adaptation (NaN if
+            none ran); ``adapt_acceptance_rate``: the same during adaptation; ``n_accepted``
+            (int); ``entropy_weight``: the final ``beta``; ``proposal_cholesky`` (P, P), the
+            learned lower-triangular ``L`` with ``cholesky="full"``, or ``proposal_scale``
+            (P,), the learned diagonal, with ``cholesky="diag"``.
+        """
+        extra = state.extra
+        n, na = extra["n_steps"], extra["n_adapt_steps"]
+        L = extra["L"]
+        out = {
+            "acceptance_rate": extra["n_accepted"] / n if n else float("nan"),
+            "adapt_acceptance_rate": extra["n_adapt_accepted"] / na if na else float("nan"),
+            "n_accepted": int(extra["n_accepted"]),
+            "entropy_weight": float(extra["beta"]),
+        }
+        out["proposal_cholesky" if L.ndim == 2 else "proposal_scale"] = L.copy()
+        return out
+
+
+def metropolis_accept(log_ratio, rng):
+    """Accept with probability ``min(1, exp(log_ratio))``; NaN rejects.
+
+    One uniform is drawn whatever the outcome, so the random stream does not depend on
+    the ratio's value.
+    """
+    u = rng.random()
+    if log_ratio >= 0.0:
+        return True
+    return u < math.exp(log_ratio) if log_ratio == log_ratio else False

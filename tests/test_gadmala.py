@@ -1,0 +1,374 @@
+"""gadMALA and gadRWM (Titsias & Dellaportas 2019): M-H ratio, adaptation gradient, exactness."""
+
+
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+
+from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
+from skbayes_sg.minibatch import MinibatchGradient
+from skbayes_sg.models import LogisticModel
+from skbayes_sg.models._base import Model
+from skbayes_sg.samplers import GadMALA, GadRWM, get_sampler
+
+from ._exact import assert_matches_gaussian, conjugate_regression
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+class GaussianTarget(Model):
+    """N(0, cov) as a model: the paper's illustrative targets (section 4.1)."""
+
+    def __init__(self, cov):
+        self.precision = np.linalg.inv(cov)
+        self.n_params = len(cov)
+        self.n_samples = 1
+
+    def log_posterior_and_grad(self, theta):
+        grad = -self.precision @ theta
+        return 0.5 * float(theta @ grad), grad
+
+
+class FixedRNG:
+    """Stands in for a Generator: ``standard_normal`` returns ``eps``, ``random`` returns ``u``."""
+
+    def __init__(self, eps, u):
+        self.eps, self.u = np.asarray(eps, float), float(u)
+
+    def standard_normal(self, size):
+        assert size == self.eps.size
+        return self.eps.copy()
+
+    def random(self):
+        return self.u
+
+
+def run(sampler, model, theta0, n_burn, n_keep, seed):
+    """One chain: ``n_burn`` adapting iterations, ``end_adaptation``, ``n_keep`` kept draws."""
+    rng = np.random.default_rng(seed)
+    target = MinibatchGradient(model, None)
+    state = sampler.init_state(np.asarray(theta0, float), target, rng, None)
+    for _ in range(n_burn):
+        state = sampler.step(state, target, rng)
+    state = sampler.end_adaptation(state)
+    draws = np.empty((n_keep, model.n_params))
+    for t in range(n_keep):
+        state = sampler.step(state, target, rng)
+        draws[t] = state.theta
+    return draws, state
+
+
+def small_logistic(seed=0, N=30):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, 2))
+    y = (X @ [1.0, -2.0] + rng.normal(size=N) > 0).astype(float)
+    return LogisticModel(X, y, alpha=1.0)
+
+
+def state_with_L(sampler, model, theta, L, beta=1.0):
+    """A state at ``theta`` whose ``L`` (full or diagonal) and ``beta`` are set by hand."""
+    target = MinibatchGradient(model, None)
+    state = sampler.init_state(theta, target, np.random.default_rng(0), None)
+    state.extra["L"][...] = L if sampler.cholesky == "full" else np.diag(L)
+    state.extra["beta"] = beta
+    sampler._refresh_cache(state)
+    return state, target
+
+
+def random_cholesky(P, seed):
+    rng = np.random.default_rng(seed)
+    L = np.tril(rng.normal(scale=0.3, size=(P, P)), -1)
+    L[np.diag_indices(P)] = rng.uniform(0.4, 0.9, size=P)
+    return L
+
+
+SAMPLERS = {
+    "gadmala_full": GadMALA(),
+    "gadmala_diag": GadMALA(cholesky="diag"),
+    "gadrwm_full": GadRWM(),
+    "gadrwm_diag": GadRWM(cholesky="diag"),
+}
+
+# -- hyperparameters and interface --------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    ({"target_accept": 1.0}, "target_accept"),
+    ({"target_accept": 0}, "target_accept"),
+    ({"learning_rate": -1e-4}, "learning_rate"),
+    ({"cholesky": "lower"}, "cholesky"),
+    ({"init_scale": 0.0}, "init_scale"),
+    ({"init_scale": "big"}, "init_scale"),
+    ({"beta_rate": np.nan}, "beta_rate"),
+])
+@pytest.mark.parametrize("cls", [GadMALA, GadRWM])
+def test_bad_hyperparameters_name_the_culprit(cls, kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        get_sampler(cls(**kwargs))
+
+
+def test_registered_full_data_samplers_without_step_size():
+    for name, cls in (("gadmala", GadMALA), ("gadrwm", GadRWM)):
+        sampler = get_sampler(name)
+        assert type(sampler) is cls and sampler.requires_full_data
+        h, info = sampler.resolve_step_size(None, np.zeros(3))
+        assert np.isnan(h) and info == {}
+    assert GadMALA().target_accept == 0.55 and GadMALA().learning_rate == 1.5e-4
+    assert GadRWM().target_accept == 0.25 and GadRWM().learning_rate == 5e-5
+
+
+def test_initial_state_follows_the_paper():
+    """L starts at 0.1 / sqrt(P) times the identity, beta at 1 (section 4.2, Algorithm 1)."""
+    model = small_logistic()
+    for sampler in (GadMALA(), GadRWM(cholesky="diag"), GadMALA(init_scale=0.3)):
+        state = sampler.init_state(np.zeros(3), MinibatchGradient(model, None), np.random.default_rng(0))
+        L = state.extra["L"]
+        scale = 0.3 if sampler.init_scale else 0.1 / np.sqrt(3)
+        np.testing.assert_allclose(L, scale * (np.eye(3) if sampler.cholesky == "full" else np.ones(3)))
+        assert state.extra["beta"] == 1.0 and state.extra["adapting"]
+
+
+def test_auto_initial_scale_uses_the_largest_curvature():
+    """init_scale="auto": c(P) / sqrt(lambda_max), lambda_max the stiffest precision."""
+    model = GaussianTarget(np.diag([4.0, 1.0, 0.25, 0.01]))  # precisions 0.25 ... 100
+    target = MinibatchGradient(model, None)
+    for sampler, c in ((GadMALA(init_scale="auto"), 1.65 * 4 ** (-1 / 6)),
+                       (GadRWM(init_scale="auto", cholesky="diag"), 2.38 / 2)):
+        state = sampler.init_state(np.ones(4), target, np.random.default_rng(0))
+        L = state.extra["L"]
+        np.testing.assert_allclose(L if L.ndim == 1 else np.diag(L), c / np.sqrt(100.0), rtol=1e-3)
+
+
+# -- the Metropolis-Hastings ratio -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_log_ratio_matches_direct_gaussian_densities(name):
+    """log pi(y) + log q(x|y) - log pi(x) - log q(y|x), with q evaluated by scipy (eq. 1)."""
+    sampler = SAMPLERS[name]
+    model = small_logistic()
+    L = random_cholesky(3, seed=1)
+    if sampler.cholesky == "diag":
+        L = np.diag(np.diag(L))
+    C = L @ L.T
+    x = np.array([0.3, -0.5, 0.2])
+    mala = isinstance(sampler, GadMALA)
+    for k in range(4):
+        state, target = state_with_L(sampler, model, x, L)
+        sampler.end_adaptation(state)
+        eps = np.random.default_rng(10 + k).normal(size=3)
+        lp_x, g_x = model.log_posterior_and_grad(x)
+        drift_x = 0.5 * C @ g_x if mala else 0.0
+        y = x + drift_x + L @ eps
+        lp_y, g_y = model.log_posterior_and_grad(y)
+        drift_y = 0.5 * C @ g_y if mala else 0.0
+        expected = (lp_y + multivariate_normal(y + drift_y, C).logpdf(x)
+                    - lp_x - multivariate_normal(x + drift_x, C).logpdf(y))
+        u = 0.5
+        sampler.step(state, target, FixedRNG(eps, u))
+        assert state.extra["log_accept_ratio"] == pytest.approx(expected, rel=1e-10, abs=1e-10)
+        accepted = np.log(u) < expected
+        np.testing.assert_allclose(state.theta, y if accepted else x, rtol=1e-12, atol=1e-14)
+        assert state.extra["accepted"] == float(accepted)
+        assert state.extra["accept_prob"] == pytest.approx(min(1.0, np.exp(expected)))
+        if accepted:
+            np.testing.assert_allclose(state.extra["grad"], g_y)
+            if mala:
+                np.testing.assert_allclose(state.extra["Lt_grad"], L.T @ g_y)
+
+
+# -- the adaptation gradient -------------------------------------------------------------------
+
+
+def speed_bound(sampler, model, x, L, eps, g_y_fixed, beta):
+    """The one-sample lower bound F_L of eq. 7 (RWM) or section 2.3 (MALA), as a function of L.
+
+    For MALA, ``grad log pi(y)`` inside ``q(x | y)`` is held at ``g_y_fixed`` (the fast
+    variant of supplement B); ``log pi(y(L))`` itself depends on L through ``y``.
+    """
+    lp_x, g_x = model.log_posterior_and_grad(x)
+    if isinstance(sampler, GadMALA):
+        y = x + 0.5 * L @ (L.T @ g_x) + L @ eps
+        d = 0.5 * L.T @ (g_x + g_y_fixed) + eps
+        log_ratio = model.log_posterior_and_grad(y)[0] - lp_x - 0.5 * (d @ d - eps @ eps)
+    else:
+        log_ratio = model.log_posterior_and_grad(x + L @ eps)[0] - lp_x
+    return log_ratio + beta * np.log(np.diag(L)).sum()
+
+
+def recovered_gradient(delta, eta):
+    """Invert the first RMSprop step ``delta = eta g / (1 + |g|)`` (G_1 = g_1^2)."""
+    r = np.abs(delta) / eta
+    return np.sign(delta) * r / (1.0 - r)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_adaptation_gradient_matches_finite_differences(name):
+    """The RMSprop step on L follows the gradient of F_L, learning from a rejection."""
+    sampler = SAMPLERS[name]
+    full = sampler.cholesky == "full"
+    model = small_logistic()
+    x = np.array([0.3, -0.5, 0.2])
+    L0 = random_cholesky(3, seed=2)
+    if not full:
+        L0 = np.diag(np.diag(L0))
+    beta = 0.7
+    # A proposal far out in the tails: the M-H log ratio is negative, so the data term is active.
+    eps = np.array([2.5, -3.0, 1.5])
+    state, target = state_with_L(sampler, model, x, L0, beta)
+    mala = isinstance(sampler, GadMALA)
+    g_x = model.log_posterior_and_grad(x)[1]
+    y = x + (0.5 * L0 @ (L0.T @ g_x) if mala else 0.0) + L0 @ eps
+    g_y = model.log_posterior_and_grad(y)[1]
+    sampler.step(state, target, FixedRNG(eps, 0.999))
+    assert state.extra["log_accept_ratio"] < 0 and not state.extra["accepted"]
+
+    L1 = state.extra["L"] if full else np.diag(state.extra["L"])
+    got = recovered_gradient(L1 - L0, sampler.learning_rate)
+    h = 1e-6
+    expected = np.zeros((3, 3))
+    for i, j in zip(*np.tril_indices(3) if full else np.diag_indices(3)):
+        E = np.zeros((3, 3))
+        E[i, j] = h
+        expected[i, j] = (speed_bound(sampler, model, x, L0 + E, eps, g_y, beta)
+                          - speed_bound(sampler, model, x, L0 - E, eps, g_y, beta)) / (2 * h)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+    # beta moved by rho_beta (alpha_t - alpha*) with alpha_t = 0 (rejected).
+    assert state.extra["beta"] == pytest.approx(beta * (1 - sampler.beta_rate * sampler.target_accept))
+
+
+@pytest.mark.parametrize("name", ["gadmala_full", "gadrwm_diag"])
+def test_sure_acceptance_only_grows_the_entropy(name):
+    """With a non-negative M-H log ratio the gradient is beta diag(1 / L_ii) alone."""
+    sampler = SAMPLERS[name]
+    model = GaussianTarget(np.eye(3))
+    L0 = np.diag([0.5, 0.6, 0.7])
+    state, target = state_with_L(sampler, model, np.array([2.0, 2.0, 2.0]), L0, beta=2.0)
+    # From far out in the tails, a tiny step towards the mode is always accepted.
+    sampler.step(state, target, FixedRNG(np.zeros(3), 0.5))
+    assert state.extra["log_accept_ratio"] >= 0 and state.extra["accepted"]
+    L1 = state.extra["L"] if sampler.cholesky == "full" else np.diag(state.extra["L"])
+    got = recovered_gradient(L1 - L0, sampler.learning_rate)
+    np.testing.assert_allclose(got, np.diag(2.0 / np.diag(L0)), rtol=1e-8, atol=1e-12)
+
+
+def test_adaptation_stops_at_end_adaptation():
+    model = small_logistic()
+    sampler = GadMALA()
+    draws, state = run(sampler, model, np.zeros(3), n_burn=300, n_keep=0, seed=0)
+    L, beta = state.extra["L"].copy(), state.extra["beta"]
+    target = MinibatchGradient(model, None)
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        sampler.step(state, target, rng)
+    np.testing.assert_array_equal(state.extra["L"], L)
+    assert state.extra["beta"] == beta
+    np.testing.assert_allclose(state.extra["Lt_grad"], L.T @ state.extra["grad"])
+    summary = sampler.chain_summary(state)
+    assert state.extra["n_adapt_steps"] == 300 and state.extra["n_steps"] == 200
+    assert summary["acceptance_rate"] == state.extra["n_accepted"] / 200
+    np.testing.assert_array_equal(summary["proposal_cholesky"], L)
+    assert "proposal_scale" in GadRWM(cholesky="diag").chain_summary(run(
+        GadRWM(cholesky="diag"), model, np.zeros(3), 10, 10, 0)[1])
+
+
+def test_rejected_non_finite_proposal_leaves_state_finite():
+    class Cliff(GaussianTarget):
+        def log_posterior_and_grad(self, theta):
+            if theta[0] > 1.0:
+                return np.nan, np.full(theta.shape, np.nan)
+            return super().log_posterior_and_grad(theta)
+
+    for sampler in (GadMALA(), GadRWM(cholesky="diag")):
+        draws, state = run(sampler, Cliff(np.eye(2)), np.zeros(2), 500, 200, seed=3)
+        assert np.isfinite(draws).all() and np.isfinite(state.extra["L"]).all()
+        assert draws[:, 0].max() <= 1.0
+
+
+# -- exactness ----------------------------------------------------------------------------------
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("name", ["gadmala_full", "gadmala_diag", "gadrwm_full"])
+def test_recovers_exact_gaussian_posterior(name):
+    """Conjugate linear regression: means within MCSE, sds within 15%, from a cold start."""
+    sampler = SAMPLERS[name]
+    model, mean, cov, _ = conjugate_regression()
+    n_keep = 6000 if name.startswith("gadrwm") else 3000
+    chains = [run(sampler, model, np.zeros(model.n_params), 2000, n_keep, seed)[0] for seed in range(4)]
+    assert_matches_gaussian(np.stack(chains), mean, np.sqrt(np.diag(cov)))
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("sampler", [GadMALA(), GadRWM(learning_rate=5e-4)], ids=["gadmala", "gadrwm"])
+def test_learns_the_shape_of_a_correlated_gaussian(sampler):
+    """Section 4.1: after 2 x 10^4 adapting iterations L L' has the target's correlation 0.99.
+
+    gadRWM uses the rate of the authors' 2-D demo (5e-4): at its default 5e-5 an RMSprop
+    step moves L by about 5e-5, too little to grow from 0.07 to the target's scale in 2 x 10^4
+    iterations.
+    """
+    model = GaussianTarget(np.array([[1.0, 0.99], [0.99, 1.0]]))
+    _, state = run(sampler, model, np.zeros(2), 20_000, 0, seed=4)
+    L = state.extra["L"]
+    C = L @ L.T
+    corr = C[0, 1] / np.sqrt(C[0, 0] * C[1, 1])
+    assert abs(corr - 0.99) < 0.05, corr
+
+
+# -- through the estimators ----------------------------------------------------------------------
+
+
+def test_minibatch_request_is_a_clear_error():
+    X, y = np.random.default_rng(0).normal(size=(50, 2)), np.arange(50) % 2
+    with pytest.raises(ValueError, match="batch_size=None"):
+        SGBayesLogisticRegression(sampler="gadmala", batch_size=10, n_iter=20).fit(X, y)
+
+
+@pytest.mark.parametrize("sampler", ["gadmala", GadMALA(cholesky="diag"), "gadrwm"])
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_logistic_regression_estimator(sampler):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = (X @ [1.0, -1.0, 0.5] + 0.3 * rng.normal(size=200) > 0).astype(int)
+    # L grows by at most a few learning rates per iteration from 0.1 / sqrt(P): 2000 adapting
+    # iterations take it most of the way to this posterior's scale (sds 0.2 to 0.45).
+    clf = SGBayesLogisticRegression(sampler=sampler, batch_size="auto", n_iter=3000, burn_in=2000, n_chains=2,
+                                    random_state=0).fit(X, y)
+    diag = clf.diagnostics_
+    assert 0.15 < diag["acceptance_rate"] < 0.9 and np.isnan(diag["step_size"])
+    assert diag["batch_size"] is None and diag["n_grad_evals"] == 2 * (3000 + 1) * 200
+    key = "proposal_scale" if getattr(clf._sampler, "cholesky", "") == "diag" else "proposal_cholesky"
+    assert diag[key].shape[:2] == (2, 4)
+    assert set(clf.sample_stats_) == {"accepted", "accept_prob"}
+    assert np.isclose(diag["mean_accepted"], diag["acceptance_rate"])
+    assert clf.score(X, y) > 0.85
+
+
+@pytest.mark.statistical
+def test_linear_regression_with_sampled_noise_precision():
+    """Known noise: posterior means within MCSE of the exact ones; sampled noise: tau near 4."""
+    model, mean, cov, _ = conjugate_regression(tau=4.0)
+    X, y = model.X, model.y
+    reg = SGBayesLinearRegression(sampler="gadmala", batch_size=None, noise_precision=4.0, n_iter=4000,
+                                  burn_in=1500, n_chains=4, random_state=1, max_draws=None).fit(X, y)
+    assert_matches_gaussian(reg.samples_, mean, np.sqrt(np.diag(cov)))
+    reg = SGBayesLinearRegression(sampler="gadmala", batch_size=None, n_iter=3000, burn_in=1500,
+                                  n_chains=2, random_state=1).fit(X, y)
+    tau = reg.noise_precision_samples_
+    # Posterior sd of tau is about tau * sqrt(2 / N) = 0.28 at N = 400.
+    assert abs(tau.mean() - 4.0) < 4 * 4.0 * np.sqrt(2 / 400), tau.mean()
+    assert reg.diagnostics_["proposal_cholesky"].shape == (2, 5, 5)
+    assert np.all(reg.diagnostics_["rhat"] < 1.05)
+
+
+def test_warm_start_continues_with_the_frozen_proposal():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(100, 2))
+    y = X @ [1.0, 2.0] + rng.normal(size=100)
+    reg = SGBayesLinearRegression(sampler="gadmala", batch_size=None, n_iter=600, burn_in=300, n_chains=1,
+                                  warm_start=True, random_state=0).fit(X, y)
+    L = reg.diagnostics_["proposal_cholesky"].copy()
+    reg.fit(X, y)
+    np.testing.assert_array_equal(reg.diagnostics_["proposal_cholesky"], L)
+    assert reg.samples_.shape[1] == 300 + 600
