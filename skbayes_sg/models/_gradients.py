@@ -98,9 +98,9 @@ class LinearPerExampleGradients(PerExampleGradients):
         Whether the parameter vector has K intercepts after the ``D x K`` weights.
     extra : ndarray of shape (n, k), optional
         Gradients of the extra per-example coordinates.
-    row_sq_norms : callable, optional
-        Returns ``||x_i||^2`` for the minibatch rows (n,), typically gathered from norms the
-        model computed once; makes :meth:`total_sum_of_squares` O(n K) instead of O(n D K).
+    row_sq_norms : ndarray of shape (n,), optional
+        ``||x_i||^2`` of the minibatch rows, typically gathered from norms the model computed
+        once; makes :meth:`total_sum_of_squares` O(n K) instead of O(n D K).
     """
 
     def __init__(self, X, R, fit_intercept, extra=None, row_sq_norms=None):
@@ -214,7 +214,7 @@ class LinearPerExampleGradients(PerExampleGradients):
         """
         R2 = np.einsum("nk,nk->n", self.R, self.R)
         if self._row_sq_norms is not None:
-            x2 = self._row_sq_norms()
+            x2 = self._row_sq_norms
         elif hasattr(self.X, "multiply"):
             x2 = np.asarray(self.X.multiply(self.X).sum(axis=1)).ravel()
         else:
