@@ -96,3 +96,35 @@ class BaseSampler(BaseEstimator):
     def chain_summary(self, state):
         """Chain-level diagnostics after the run (counters kept in ``state.extra``)."""
         return {}
+
+
+class MomentumSampler(BaseSampler):
+    """Base of the second-order samplers: a momentum ``p`` with mass ``M = I``.
+
+    Chains start with ``p ~ N(0, T I)``, the momentum's stationary law, so no burn-in is
+    spent heating or cooling it.
+    """
+
+    def init_state(self, theta0, target, rng, step_size):
+        state = super().init_state(theta0, target, rng, step_size)
+        state.p = np.sqrt(self.temperature) * rng.standard_normal(state.theta.shape)
+        return state
+
+
+class ThermostatSampler(MomentumSampler):
+    """Base of the Nose-Hoover thermostat samplers (SGNHT, CCAdL, mCCAdL).
+
+    The thermostat starts at ``xi_0 = A`` (CCAdL paper Algorithm 1, mCCAdL paper
+    Algorithm 1) and has thermal mass ``mu``, by default ``N_d``, the number of
+    parameters, as both papers use.
+    """
+
+    _stat_names = ("xi", "kinetic_temperature")
+
+    def _mu(self, n_params):
+        return float(n_params) if self.thermal_mass is None else float(self.thermal_mass)
+
+    def init_state(self, theta0, target, rng, step_size):
+        state = super().init_state(theta0, target, rng, step_size)
+        state.xi = float(self.friction)
+        return state

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..models._gradients import DensePerExampleGradients, LinearPerExampleGradients
-from ._base import BaseSampler
+from ._base import ThermostatSampler
 from ._substeps import drift, kick, ou_euler, thermostat
 
 #: Largest number of parameters for ``covariance="full"``, which keeps a P x P moving
@@ -15,7 +15,7 @@ MAX_FULL_PARAMS = 500
 COVARIANCES = ("auto", "full", "diag")
 
 
-class CCAdL(BaseSampler):
+class CCAdL(ThermostatSampler):
     """CCAdL: adaptive Langevin with covariance control, the Euler-type Algorithm 1.
 
     The dynamics of the CCAdL paper (Shang et al. 2015, eq. 12, ``M = I``) add to the
@@ -58,7 +58,6 @@ class CCAdL(BaseSampler):
     MCCAdL : the symmetric splitting with the exact C step, stable at larger ``h``.
     """
 
-    _stat_names = ("xi", "kinetic_temperature")
     _auto_step_constant = 0.1
 
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, covariance="auto",
@@ -74,9 +73,6 @@ class CCAdL(BaseSampler):
         if self.covariance not in COVARIANCES:
             raise ValueError(f"CCAdL: covariance must be one of {COVARIANCES}; got {self.covariance!r}.")
 
-    def _mu(self, n_params):
-        return float(n_params) if self.thermal_mass is None else float(self.thermal_mass)
-
     def _resolved_covariance(self, n_params):
         if self.covariance == "auto":
             return "full" if n_params <= MAX_FULL_PARAMS else "diag"
@@ -91,8 +87,6 @@ class CCAdL(BaseSampler):
     def init_state(self, theta0, target, rng, step_size):
         state = super().init_state(theta0, target, rng, step_size)
         P = state.theta.size
-        state.p = np.sqrt(self.temperature) * rng.standard_normal(P)
-        state.xi = float(self.friction)
         kind = self._resolved_covariance(P)
         state.extra["covariance"] = kind
         state.extra["I_hat"] = np.zeros((P, P)) if kind == "full" else np.zeros(P)

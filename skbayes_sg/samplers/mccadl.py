@@ -2,12 +2,12 @@
 
 import numpy as np
 
-from ._base import BaseSampler
+from ._base import ThermostatSampler
 from ._expmv import DEFAULT_TOL, c_step
 from ._substeps import drift, kick, ou_exact, thermostat
 
 
-class MCCAdL(BaseSampler):
+class MCCAdL(ThermostatSampler):
     """mCCAdL: the CCAdL thermostat integrated by the symmetric BAODCDOAB splitting.
 
     The CCAdL dynamics (Wei & Shang 2026, eq. 8; Shang et al. 2015, eq. 12) split into
@@ -79,7 +79,6 @@ class MCCAdL(BaseSampler):
     SGNHT : the thermostat without covariance control.
     """
 
-    _stat_names = ("xi", "kinetic_temperature")
     _auto_step_constant = 0.2
 
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, temperature=1.0,
@@ -96,13 +95,8 @@ class MCCAdL(BaseSampler):
         if self.expm_tol >= 1:
             raise ValueError(f"MCCAdL: expm_tol must be below 1; got {self.expm_tol!r}.")
 
-    def _mu(self, n_params):
-        return float(n_params) if self.thermal_mass is None else float(self.thermal_mass)
-
     def init_state(self, theta0, target, rng, step_size):
         state = super().init_state(theta0, target, rng, step_size)
-        state.p = np.sqrt(self.temperature) * rng.standard_normal(state.theta.shape)
-        state.xi = float(self.friction)
         state.force, state.grads = target.gradient(state.theta, rng)
         # Warm start of the power iteration that estimates lambda_max(Sigma) when the
         # trace bound is too loose (see _expmv.c_step); zeros mean "not started".

@@ -1,12 +1,10 @@
 """Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox & Guestrin 2014)."""
 
-import numpy as np
-
-from ._base import BaseSampler
+from ._base import MomentumSampler
 from ._substeps import drift, kick, ou_euler
 
 
-class SGHMC(BaseSampler):
+class SGHMC(MomentumSampler):
     """Stochastic gradient Hamiltonian Monte Carlo with friction.
 
     The SGHMC paper's Algorithm 2 in the form of the CCAdL paper (Shang et al. 2015,
@@ -63,7 +61,6 @@ class SGHMC(BaseSampler):
 
     def init_state(self, theta0, target, rng, step_size):
         state = super().init_state(theta0, target, rng, step_size)
-        state.p = np.sqrt(self.temperature) * rng.standard_normal(state.theta.shape)
         state.extra["noise_clipped"] = 0
         return state
 

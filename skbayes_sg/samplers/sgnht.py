@@ -1,12 +1,10 @@
 """Stochastic gradient Nose-Hoover thermostat (Ding et al. 2014)."""
 
-import numpy as np
-
-from ._base import BaseSampler
+from ._base import ThermostatSampler
 from ._substeps import drift, kick, ou_euler, thermostat
 
 
-class SGNHT(BaseSampler):
+class SGNHT(ThermostatSampler):
     """Stochastic gradient Nose-Hoover thermostat (adaptive Langevin).
 
     The Ding et al. dynamics in the form of the CCAdL paper (Shang et al. 2015, eq. 8),
@@ -39,22 +37,12 @@ class SGNHT(BaseSampler):
     """
 
     _auto_step_constant = 0.2
-    _stat_names = ("xi", "kinetic_temperature")
 
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, temperature=1.0):
         self.step_size = step_size
         self.friction = friction
         self.thermal_mass = thermal_mass
         self.temperature = temperature
-
-    def _mu(self, n_params):
-        return float(n_params) if self.thermal_mass is None else float(self.thermal_mass)
-
-    def init_state(self, theta0, target, rng, step_size):
-        state = super().init_state(theta0, target, rng, step_size)
-        state.p = np.sqrt(self.temperature) * rng.standard_normal(state.theta.shape)
-        state.xi = float(self.friction)
-        return state
 
     def step(self, state, target, rng):
         h, A, T = state.step_size, self.friction, self.temperature
