@@ -144,3 +144,18 @@ def test_normal_gamma_beats_sgnht_and_sghmc():
         d = draws[0]
         rmse[type(sampler).__name__] = max(_density_rmse(d[:, j], post[j]) for j in range(2))
     assert rmse["MCCAdL"] < 0.6 * rmse["SGNHT"] < 0.6 * rmse["SGHMC"], rmse
+
+
+def test_far_too_large_step_raises_divergence_error_not_a_numerical_one():
+    """At 12x the auto step the chain blows up; the user must get DivergenceError."""
+    from skbayes_sg import DivergenceError, SGBayesLinearRegression
+
+    rng = np.random.default_rng(0)
+    P = 5
+    cov = 0.5 ** np.abs(np.subtract.outer(np.arange(P), np.arange(P)))
+    X = rng.multivariate_normal(np.zeros(P), cov, size=2000)
+    y = X @ rng.normal(size=P) + rng.normal(scale=0.5, size=2000)
+    reg = SGBayesLinearRegression(sampler=MCCAdL(step_size=0.0178), batch_size=100, noise_precision=4.0,
+                                  fit_intercept=False, n_iter=5000, n_chains=2, random_state=0)
+    with pytest.raises(DivergenceError, match="MCCAdL diverged"):
+        reg.fit(X, y)

@@ -216,18 +216,26 @@ def _taylor_steps(t, matvec, b, mu, m, s, tol, limit):
     n_products = 0
     for _ in range(s):
         term = f
-        prev = math.sqrt(f @ f)
+        # np.linalg.norm scales against under/overflow, which f @ f does not (a diverging
+        # chain's momentum can square to 0 or inf).
+        prev = float(np.linalg.norm(f))
+        if prev == 0.0 or not math.isfinite(prev):
+            # Nothing to propagate, or a diverged state: the chain's finiteness check, not
+            # this series, reports it.
+            return f, n_products, None
         for k in range(1, m + 1):
             Ab = matvec(term)
             n_products += 1
             Ab -= mu * term
             Ab *= t / (s * k)
             term = Ab
-            size = math.sqrt(term @ term)
+            size = float(np.linalg.norm(term))
+            if not math.isfinite(size):
+                return f + term, n_products, None
             if k * size > limit * prev:
                 return f, n_products, k * size / prev
             f += term
-            if prev + size <= tol * math.sqrt(f @ f):
+            if size == 0.0 or prev + size <= tol * float(np.linalg.norm(f)):
                 break
             prev = size
         f *= eta
@@ -344,6 +352,10 @@ def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety
     P = p.size
     cov = NoiseCovariance(grads, noise_scale, -scale)
     tr = -cov.trace()  # tr(scale * Sigma) >= 0
+    if not math.isfinite(tr):
+        # The gradients are no longer finite: the chain has diverged, and its finiteness
+        # check (which raises DivergenceError) should see it at once.
+        return np.full_like(p, np.nan), 0
     if tr == 0.0 or t == 0.0:
         return p.copy(), 0
     lam_bar = tr / P
