@@ -71,7 +71,7 @@ _ATTR_DOC = """
     n_iter_ : int
         Iterations run per chain (accumulated over ``warm_start`` continuations).
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Defined only when X has feature names that are all strings.
     diagnostics_ : dict
         ``step_size`` (the ``h`` used; with ``"auto"`` also ``lambda_max``), ``ess`` and
@@ -107,9 +107,9 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
         Posterior mean of the weights.
     intercept_ : ndarray of shape (1,) or (n_classes,)
         Posterior mean of the intercepts (zeros without ``fit_intercept``).
-    coef_samples_ : ndarray of shape (n_draws_total, *coef_.shape)
+    coef_samples_ : ndarray of shape (n_draws_total, n_outputs, n_features)
         Draws of all chains stacked.
-    intercept_samples_ : ndarray of shape (n_draws_total, *intercept_.shape){_ATTR_DOC}
+    intercept_samples_ : ndarray of shape (n_draws_total, n_outputs){_ATTR_DOC}
 
     See Also
     --------
@@ -170,13 +170,16 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     # Views of samples_, not copies: memory and pickles stay at one copy of the draws.
     @property
     def coef_samples_(self):
-        """Weight draws of all chains stacked, shape (n_draws_total, *coef_.shape)."""
+        """Weight draws of all chains stacked, shape (n_draws_total, n_outputs, n_features).
+
+        ``n_outputs`` is 1 for two classes (as in ``coef_``), the number of classes otherwise.
+        """
         W, _, _ = self._model.unpack(self._flat_samples())
         return np.swapaxes(W, 1, 2)
 
     @property
     def intercept_samples_(self):
-        """Intercept draws of all chains stacked, shape (n_draws_total, *intercept_.shape)."""
+        """Intercept draws of all chains stacked, shape (n_draws_total, n_outputs)."""
         _, b, _ = self._model.unpack(self._flat_samples())
         return b
 

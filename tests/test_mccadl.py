@@ -148,7 +148,7 @@ def test_normal_gamma_beats_sgnht_and_sghmc():
 
 def test_far_too_large_step_raises_divergence_error_not_a_numerical_one():
     """At 12x the auto step the chain blows up; the user must get DivergenceError."""
-    from skbayes_sg import DivergenceError, SGBayesLinearRegression
+    from skbayes_sg import DivergenceError
 
     rng = np.random.default_rng(0)
     P = 5
