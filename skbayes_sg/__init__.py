@@ -4,10 +4,17 @@
 >>> from skbayes_sg.samplers import SGHMC
 """
 
+from .drbm import SGBayesDRBMClassifier
 from .exceptions import DivergenceError, GradientNoiseWarning
 from .linear_model import SGBayesLinearRegression, SGBayesLogisticRegression
 
 __version__ = "0.1.0"
 
-__all__ = ["SGBayesLogisticRegression", "SGBayesLinearRegression", "DivergenceError", "GradientNoiseWarning",
-           "__version__"]
+__all__ = [
+    "SGBayesLogisticRegression",
+    "SGBayesLinearRegression",
+    "SGBayesDRBMClassifier",
+    "DivergenceError",
+    "GradientNoiseWarning",
+    "__version__",
+]

@@ -8,6 +8,7 @@ posterior directly, without an estimator.
 
 from ._base import Model
 from ._gradients import DensePerExampleGradients, LinearPerExampleGradients, PerExampleGradients
+from .drbm import DRBMModel, DRBMPerExampleGradients
 from .glm import LinearRegressionModel, LogisticModel, SoftmaxModel
 from .normal_gamma import NormalGammaModel
 
@@ -20,4 +21,6 @@ __all__ = [
     "SoftmaxModel",
     "LinearRegressionModel",
     "NormalGammaModel",
+    "DRBMModel",
+    "DRBMPerExampleGradients",
 ]
