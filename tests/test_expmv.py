@@ -7,7 +7,14 @@ import scipy.linalg
 from scipy.sparse.linalg import LinearOperator, expm_multiply
 
 from skbayes_sg.models._gradients import DensePerExampleGradients
-from skbayes_sg.samplers._expmv import NoiseCovariance, c_step, expmv, select_degree, taylor_thetas
+from skbayes_sg.samplers._expmv import (
+    NoiseCovariance,
+    c_step,
+    expmv,
+    lanczos_expmv,
+    select_degree,
+    taylor_thetas,
+)
 
 # Al-Mohy & Higham (2011), Table 3.1: theta_m for m = 5, 10, ..., 55.
 TABLE_3_1 = {
@@ -49,7 +56,7 @@ def test_c_step_matches_dense_expm(tol, seed, n, P, scale, power):
     Sigma = noise_scale * np.cov(grads.G.T)
     exact = scipy.linalg.expm(-scale * Sigma) @ p
     eig = np.zeros(P) if power else None
-    f, n_prod = c_step(p, grads, noise_scale, 1.0, scale, tol=tol, eigvec=eig)
+    f, n_prod = c_step(p, grads, noise_scale, 1.0, scale, tol=tol, eigvec=eig, method="taylor")
     # backward error tol on ||t A|| translates into a forward error of about tol ||t A||
     bound = tol * max(1.0, np.linalg.norm(scale * Sigma, 2)) * 10
     assert np.linalg.norm(f - exact) <= bound * np.linalg.norm(p), (np.linalg.norm(f - exact), n_prod)
@@ -99,7 +106,7 @@ def test_fewer_products_than_scipy_expm_multiply_at_equal_accuracy():
     op = LinearOperator((50, 50), matvec=mv, rmatvec=mv, matmat=mm, dtype=float)
     ref = expm_multiply(op, p, traceA=cov.trace())
     scipy_products = count[0]
-    ours, n_prod = c_step(p, grads, noise_scale, 1.0, scale, tol=2.0**-53, eigvec=np.zeros(50))
+    ours, n_prod = c_step(p, grads, noise_scale, 1.0, scale, tol=2.0**-53, eigvec=np.zeros(50), method="taylor")
     err_ours = np.linalg.norm(ours - exact) / np.linalg.norm(exact)
     err_scipy = np.linalg.norm(ref - exact) / np.linalg.norm(exact)
     assert err_ours <= max(10 * err_scipy, 1e-13)
@@ -118,3 +125,33 @@ def test_underestimated_norm_is_caught_by_term_growth():
     exact = scipy.linalg.expm(A) @ p
     f, _ = expmv(1.0, cov.matvec, p, np.trace(A), true_norm / 20, tol=2.0**-24, norm_bound=10 * true_norm)
     assert np.linalg.norm(f - exact) <= 1e-5 * np.linalg.norm(p)
+
+
+@pytest.mark.parametrize("rho", [0.5, 10.0, 60.0, 300.0])
+@pytest.mark.parametrize("tol", [2.0**-6, 2.0**-24])
+def test_lanczos_matches_dense_expm_with_far_fewer_products(rho, tol):
+    """exp(A) b for a negative semidefinite A with ||A|| = rho, to the requested tolerance."""
+    rng = np.random.default_rng(int(rho))
+    P = 120
+    G = rng.normal(size=(3 * P, P)) * rng.gamma(0.5, size=P)
+    A = -(G.T @ G)
+    A *= rho / np.linalg.norm(A, 2)
+    b = rng.normal(size=P)
+    exact = scipy.linalg.expm(A) @ b
+    f, k = lanczos_expmv(1.0, lambda v: A @ v, b, tol=tol)
+    assert np.linalg.norm(f - exact) <= 2 * tol * np.linalg.norm(exact) + 1e-12 * np.linalg.norm(b)
+    _, k_taylor = expmv(1.0, lambda v: A @ v, b, np.trace(A), np.linalg.norm(A - np.trace(A) / P * np.eye(P), 2),
+                        tol)
+    if rho >= 10:
+        assert k < k_taylor / 2
+
+
+def test_c_step_lanczos_on_a_minibatch_covariance():
+    grads, p = _problem(3, 15, 30, 1.0)
+    Sigma = 3.0 * np.cov(grads.G.T)
+    scale = 2.0  # ||scale Sigma|| in the hundreds: where "auto" picks Lanczos
+    exact = scipy.linalg.expm(-scale * Sigma) @ p
+    for method in ("lanczos", "auto"):
+        f, n_prod = c_step(p, grads, 3.0, 1.0, scale, tol=2.0**-24, method=method)
+        assert np.linalg.norm(f - exact) <= 1e-6 * np.linalg.norm(p)
+        assert n_prod <= 30

@@ -32,9 +32,10 @@ def _run(sampler, model, start, n_iter, batch_size, seeds, h):
 
 
 @pytest.mark.statistical
-def test_recovers_gaussian_posterior_of_linear_regression():
+@pytest.mark.parametrize("method", ["auto", "lanczos"])
+def test_recovers_gaussian_posterior_of_linear_regression(method):
     _, _, model, m, S = _linreg_problem()
-    sampler = MCCAdL(friction=1.0)
+    sampler = MCCAdL(friction=1.0, expm_method=method)
     h, _ = sampler.resolve_step_size(model, m)
     # n = 50: with tiny batches the shared-minibatch bias (see MCCAdL Notes) shows.
     draws, stats, _ = _run(sampler, model, m, 12000, 50, range(4), h)
