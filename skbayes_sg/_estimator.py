@@ -283,12 +283,18 @@ class BaseSGBayes(BaseEstimator):
         mcse = float(np.nan_to_num(diagnostics.mcse_mean(kinetic), nan=np.inf))
         if abs(mean - T) > KINETIC_TOLERANCE * T + 4 * mcse:
             self.diagnostics_["kinetic_temperature"] = mean
-            direction = "hotter" if mean > T else "colder"
+            if mean > T:
+                cause = ("Minibatch gradient noise is not being dissipated: increase friction, decrease "
+                         "step_size, increase batch_size, or use a sampler that controls the noise (mccadl).")
+            else:
+                # A chain started at the mode with thermal momentum gives about half its kinetic
+                # energy to the potential before it equilibrates.
+                cause = ("The chains have not reached equilibrium (a burn-in too short for the friction) or the "
+                         "step size is too large: increase n_iter or burn_in, or decrease step_size.")
             warnings.warn(
-                f"{type(sampler).__name__}: the chains ran {direction} than the target: mean kinetic temperature "
-                f"{mean:.3g} against T = {T:g}, so the posterior variances are off by about that factor. Minibatch "
-                "gradient noise is not being dissipated: increase friction, decrease step_size, increase "
-                "batch_size, or use a sampler that controls the noise (sgnht, ccadl, mccadl).",
+                f"{type(sampler).__name__}: the chains ran {'hotter' if mean > T else 'colder'} than the target: "
+                f"mean kinetic temperature {mean:.3g} against T = {T:g}, so the posterior variances are off by "
+                f"about that factor. {cause}",
                 GradientNoiseWarning, stacklevel=3)
 
     def _warn_convergence(self):

@@ -6,9 +6,9 @@ class GradientNoiseWarning(UserWarning):
 
     Raised after ``fit`` when the mean kinetic temperature ``p'p / P`` of a momentum
     sampler differs from ``T`` beyond Monte Carlo error. At stationarity it must equal
-    ``T`` (equipartition), so a departure measures the minibatch gradient noise that the
-    friction did not dissipate, and the posterior is too wide (or too narrow) by about
-    that factor in variance.
+    ``T`` (equipartition). Above ``T`` it measures the minibatch gradient noise that the
+    friction did not dissipate (the posterior is too wide by about that factor in
+    variance); below, usually chains that have not equilibrated.
     """
 
 

@@ -111,6 +111,7 @@ def test_to_inference_data_multiclass_and_regression():
     assert set(post.data_vars) == {"coef", "intercept", "noise_precision"}
 
 
+@pytest.mark.filterwarnings("ignore::skbayes_sg.GradientNoiseWarning")  # 50 iterations, by design
 def test_to_inference_data_without_arviz(cancer, monkeypatch):
     import sys
 
@@ -119,3 +120,13 @@ def test_to_inference_data_without_arviz(cancer, monkeypatch):
     monkeypatch.setitem(sys.modules, "arviz", None)
     with pytest.raises(ImportError, match="pip install arviz"):
         clf.to_inference_data()
+
+
+def test_unequilibrated_chains_warn_colder_and_say_why(cancer):
+    """From the mode with thermal momentum, half the kinetic energy drains into the potential
+    first: a run too short for that reads cold, and the advice is to run longer."""
+    from skbayes_sg import GradientNoiseWarning
+
+    X, y = cancer
+    with pytest.warns(GradientNoiseWarning, match=r"ran colder .*not reached equilibrium.*increase n_iter"):
+        SGBayesLogisticRegression(n_iter=50, n_chains=1, random_state=0).fit(X, y)
