@@ -207,3 +207,17 @@ def test_total_sum_of_squares_is_trace_of_GtG(name):
     # The cached mean is shared, so it must not be writable.
     with pytest.raises(ValueError, match="read-only"):
         ops.mean()[0] = 1.0
+
+
+def test_row_norms_are_lazy_and_operators_pickle_without_the_model():
+    import pickle
+
+    model = LogisticModel(X, (np.arange(40) % 2).astype(float))
+    theta = _point(model, np.random.default_rng(16))
+    ops = model.per_example_gradients(theta, np.arange(10))
+    assert model._row_sq_cache is None  # a sampler that never asks for tr(Sigma) never pays
+    expected = ops.total_sum_of_squares()
+    assert model._row_sq_cache is not None
+    restored = pickle.loads(pickle.dumps(ops))
+    assert restored.total_sum_of_squares() == pytest.approx(expected, rel=1e-12)
+    assert len(pickle.dumps(ops)) < X.nbytes  # ten rows, not the model's forty

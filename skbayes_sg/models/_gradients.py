@@ -98,9 +98,12 @@ class LinearPerExampleGradients(PerExampleGradients):
         Whether the parameter vector has K intercepts after the ``D x K`` weights.
     extra : ndarray of shape (n, k), optional
         Gradients of the extra per-example coordinates.
-    row_sq_norms : ndarray of shape (n,), optional
-        ``||x_i||^2`` of the minibatch rows, typically gathered from norms the model computed
-        once; makes :meth:`total_sum_of_squares` O(n K) instead of O(n D K).
+    row_sq_norms : ndarray of shape (n,) or callable, optional
+        ``||x_i||^2`` of the minibatch rows, or a function returning them (typically a
+        gather from norms the model computes once, on first need); makes
+        :meth:`total_sum_of_squares` O(n K) instead of O(n D K). A callable is only called
+        by that method, so samplers that never need the trace never pay for the norms, and
+        it is dropped when the operator is pickled (the norms are then recomputed from ``X``).
     """
 
     def __init__(self, X, R, fit_intercept, extra=None, row_sq_norms=None):
@@ -213,11 +216,10 @@ class LinearPerExampleGradients(PerExampleGradients):
         the rows' squared norms from the model it costs O(n K), not a pass over X.
         """
         R2 = np.einsum("nk,nk->n", self.R, self.R)
-        if self._row_sq_norms is not None:
-            x2 = self._row_sq_norms
-        elif hasattr(self.X, "multiply"):
+        x2 = self._row_sq_norms() if callable(self._row_sq_norms) else self._row_sq_norms
+        if x2 is None and hasattr(self.X, "multiply"):
             x2 = np.asarray(self.X.multiply(self.X).sum(axis=1)).ravel()
-        else:
+        elif x2 is None:
             x2 = np.einsum("nd,nd->n", self.X, self.X)
         total = float(x2 @ R2)
         if self.fit_intercept:
@@ -225,6 +227,13 @@ class LinearPerExampleGradients(PerExampleGradients):
         if self.extra is not None:
             total += float(np.einsum("nk,nk->", self.extra, self.extra))
         return total
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        if callable(state["_row_sq_norms"]):
+            # A closure over the model (and all of X): not what a chain state should carry.
+            state["_row_sq_norms"] = None
+        return state
 
     def sum_of_squares(self):
         X2 = self.X.multiply(self.X) if hasattr(self.X, "multiply") else self.X * self.X

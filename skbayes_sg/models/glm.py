@@ -112,7 +112,7 @@ class _GLM(Model):
 
     def _row_sq_norms(self, idx):
         """``||x_i||^2`` of rows ``idx``, gathered (O(n)) from norms computed once for all rows
-        (O(N) memory); a plain array, so operators and chain states stay picklable."""
+        (O(N) memory) the first time a sampler asks (only those that need tr(Sigma) do)."""
         if self._row_sq_cache is None:
             X = self.X
             if hasattr(X, "multiply"):
@@ -124,7 +124,7 @@ class _GLM(Model):
     def per_example_gradients(self, theta, idx):
         X, y = self._rows(idx)
         R = self._residuals(self._linear_predictor(theta, X), y)
-        return LinearPerExampleGradients(X, R, self.fit_intercept, row_sq_norms=self._row_sq_norms(idx))
+        return LinearPerExampleGradients(X, R, self.fit_intercept, row_sq_norms=lambda: self._row_sq_norms(idx))
 
     def _curvature(self, theta, Z, y, U, e_v):
         """Second derivatives of the log likelihood in the linear predictor, applied.
@@ -344,7 +344,7 @@ class LinearRegressionModel(_GLM):
             # d/ds [s/2 - e^s r^2 / 2]
             extra = (0.5 - 0.5 * tau * r * r)[:, None]
         return LinearPerExampleGradients(X, (tau * r)[:, None], self.fit_intercept, extra,
-                                         row_sq_norms=self._row_sq_norms(idx))
+                                         row_sq_norms=lambda: self._row_sq_norms(idx))
 
     def log_likelihood_and_grad(self, theta, idx=None):
         X, r, tau = self._terms(theta, idx)
