@@ -115,7 +115,6 @@ class LinearPerExampleGradients(PerExampleGradients):
         n, D = X.shape
         K = R.shape[1]
         self.n_batch = n
-        self._n_weights = D * K
         self._shape = (D, K)
         self.n_params = D * K + (K if fit_intercept else 0) + (0 if extra is None else extra.shape[1])
         self._r = R[:, 0] if K == 1 else None

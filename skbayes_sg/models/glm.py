@@ -310,11 +310,6 @@ class LinearRegressionModel(_GLM):
     def _extra_names(self):
         return ["log_noise_precision"] if self.noise_precision is None else []
 
-    @property
-    def samples_noise_precision(self):
-        """Whether ``theta`` carries ``log tau`` as its last coordinate."""
-        return self.noise_precision is None
-
     def tau(self, theta):
         """Noise precision of ``theta`` (P,) or of each draw in a stack (S, P)."""
         if self.noise_precision is not None:
