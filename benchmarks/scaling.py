@@ -7,13 +7,14 @@
 2. Peak memory of a whole fit (``tracemalloc``: every allocation numpy and Python make;
    the memmap's pages are the OS's file cache, not allocations) against the data size:
    for memmapped X it stays far below the data, since minibatches read only their rows.
-   What remains grows with N through y alone (label encoding keeps a few N-vectors),
-   not with N x n_features.
+   What grows with N is the encoded labels alone, one byte a row (labels are checked and
+   encoded by blocks of rows); ``peak_growth_b_per_row`` is the growth of the peak per
+   added row from the previous size.
 3. Chains against workers: wall time of 4 chains with ``n_jobs`` = 1 and 2.
 
 Prints one JSON object per line. Usage::
 
-    python benchmarks/scaling.py [--quick] [--max-rows 10000000]
+    python benchmarks/scaling.py [--quick] [--max-rows 10000000] [--sections memmap]
 """
 
 import argparse
@@ -32,6 +33,7 @@ from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg.samplers import SGNHT
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+SECTIONS = ("a9a", "memmap", "workers")
 
 
 def _fit(X, y, n_iter, n_chains=1, n_jobs=None, batch_size=500):
@@ -79,13 +81,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--max-rows", type=int, default=10_000_000)
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                        help="which parts to run (default: all)")
     args = parser.parse_args()
     n_iter = 300 if args.quick else 2000
     max_rows = min(args.max_rows, 1_000_000) if args.quick else args.max_rows
 
-    data = np.load(SHARED / "data" / "a9a.npz")
-    X0, y0 = data["X_train"].astype(np.float64), data["y_train"]
-    for reps in (1, 4) if args.quick else (1, 4, 16):
+    if "a9a" in args.sections or "workers" in args.sections:
+        data = np.load(SHARED / "data" / "a9a.npz")
+        X0, y0 = data["X_train"].astype(np.float64), data["y_train"]
+    for reps in ((1, 4) if args.quick else (1, 4, 16)) if "a9a" in args.sections else ():
         X, y = np.tile(X0, (reps, 1)), np.tile(y0, reps)
         for kind, Xk in (("dense", X), ("csr", sp.csr_matrix(X))):
             per_iter, peak, fixed = fit_stats(Xk, y, n_iter)
@@ -95,18 +100,25 @@ def main():
         del X
 
     with tempfile.TemporaryDirectory(dir=os.environ.get("SCALING_TMP")) as tmp:
-        n = 100_000
-        while n <= max_rows:
-            X, y = synthetic_memmap(os.path.join(tmp, f"x{n}.npy"), n)
+        n, previous = 100_000, None
+        while n <= max_rows and "memmap" in args.sections:
+            path = os.path.join(tmp, f"x{n}.npy")
+            X, y = synthetic_memmap(path, n)
             per_iter, peak, fixed = fit_stats(X, y, n_iter)
-            print(json.dumps({"data": "synthetic memmap", "n_rows": n, "n_features": X.shape[1],
-                              "data_mb": round(X.nbytes / 1e6, 1), "n_iter": n_iter,
-                              "us_per_iter": round(1e6 * per_iter, 1), "fixed_s": round(fixed, 3),
-                              "peak_mb": round(peak, 1), "peak_over_data": round(peak / (X.nbytes / 1e6), 3)}),
-                  flush=True)
-            del X
+            row = {"data": "synthetic memmap", "n_rows": n, "n_features": X.shape[1],
+                   "data_mb": round(X.nbytes / 1e6, 1), "n_iter": n_iter, "us_per_iter": round(1e6 * per_iter, 1),
+                   "fixed_s": round(fixed, 3), "peak_mb": round(peak, 3),
+                   "peak_over_data": round(peak / (X.nbytes / 1e6), 4)}
+            if previous is not None:
+                row["peak_growth_b_per_row"] = round(1e6 * (peak - previous[1]) / (n - previous[0]), 2)
+            print(json.dumps(row), flush=True)
+            previous = (n, peak)
+            del X, y
+            os.remove(path)  # the largest file is 1.6 GB: keep one on disk at a time
             n *= 10
 
+    if "workers" not in args.sections:
+        return
     X, y = np.tile(X0, (4, 1)), np.tile(y0, 4)
     for n_jobs in (1, 2):
         seconds = _fit(X, y, n_iter * 10, n_chains=4, n_jobs=n_jobs)

@@ -1,17 +1,86 @@
 """Shared classifier behaviour: label handling and the posterior predictive."""
 
+import warnings
+
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context
-from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._estimator import BaseSGBayes, epoch_permutation
+
+#: Labels are checked and encoded this many rows at a time. sklearn's
+#: ``check_classification_targets`` and ``np.unique(y, return_inverse=True)`` sort whole
+#: copies of y (about 40 bytes a row in all), which on memmapped data was the one part of
+#: a fit growing with N; by blocks the transient memory is O(block) and what is kept is
+#: the codes, one byte a row for fewer than 256 classes.
+_LABEL_BLOCK = 2**16
+
+
+def _label_blocks(n):
+    return (slice(start, min(start + _LABEL_BLOCK, n)) for start in range(0, n, _LABEL_BLOCK))
+
+
+def _class_code_dtype(n_classes):
+    """The smallest unsigned integer dtype holding the codes ``0..n_classes-1``."""
+    return np.min_scalar_type(max(int(n_classes) - 1, 0))
+
+
+def _check_targets_and_find_classes(y):
+    """``check_classification_targets(y)`` and ``np.unique(y)`` for a validated 1-D ``y``, by blocks.
+
+    The errors are sklearn's own: its checks run on the first block (sklearn judges the
+    label type, such as bytes or objects that are not strings, by y's first value, which is
+    the first block's) and on any block holding non-integral floats (a "continuous" target).
+    The classes are the sorted union of the blocks' unique values.
+    """
+    n = y.shape[0]
+    if type_of_target(y[:_LABEL_BLOCK], input_name="y") not in ("binary", "multiclass"):
+        check_classification_targets(y[:_LABEL_BLOCK])  # raises sklearn's error
+    classes = None
+    for rows in _label_blocks(n):
+        block = y[rows]
+        if block.dtype.kind == "f" and np.any(block != block.astype(np.int64)):
+            check_classification_targets(block)  # a continuous target: raises sklearn's error
+        unique = np.unique(block)
+        classes = unique if classes is None else np.union1d(classes, unique)
+    if classes.size > 2 and n > 20 and classes.size > round(0.5 * n):
+        # check_classification_targets' warning for a multiclass y, on the whole of y.
+        warnings.warn(
+            "The number of unique classes is greater than 50% of the number of samples. `y` could represent a "
+            "regression problem, not a classification problem.", UserWarning, stacklevel=3)
+    return classes
+
+
+def _encode_labels(y, classes, check_known=False):
+    """Codes of ``y`` in the sorted ``classes``, in the smallest unsigned dtype that holds them.
+
+    With ``check_known``, labels not in ``classes`` raise a ValueError naming them.
+    """
+    codes = np.empty(y.shape[0], dtype=_class_code_dtype(classes.size))
+    unknown = []
+    for rows in _label_blocks(y.shape[0]):
+        block = y[rows]
+        where = np.searchsorted(classes, block)
+        if check_known:
+            np.minimum(where, classes.size - 1, out=where)
+            missing = classes[where] != block
+            if missing.any():
+                unknown.append(np.unique(block[missing]))
+        codes[rows] = where
+    if unknown:
+        raise ValueError(f"y contains labels {np.unique(np.concatenate(unknown)).tolist()} not in classes_ "
+                         f"{classes.tolist()}; pass every label the stream can contain as classes on the first "
+                         "call to partial_fit.")
+    return codes
 
 
 class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
     """Base of the skbayes_sg classifiers.
 
-    Encodes labels of any type as ``0..K-1`` (``classes_``), runs the shared fit loop, and
+    Encodes labels of any type as ``0..K-1`` (``classes_``) in the smallest unsigned integer
+    dtype that holds them (one byte a row below 256 classes; the models convert each
+    minibatch's codes to what their kernels need), runs the shared fit loop, and
     predicts by the posterior predictive: the (weighted) average over draws of the model's
     per-draw class probabilities ``model.predict_draws(thetas, X)`` of shape
     (n_draws, n_samples, n_classes). Subclasses give ``_build_model`` and
@@ -34,8 +103,7 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         """
         first = not (self.warm_start and hasattr(self, "classes_"))
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=False)
-        check_classification_targets(y)
-        classes, y_enc = np.unique(y, return_inverse=True)
+        classes = _check_targets_and_find_classes(y)
         if classes.size < 2:
             raise ValueError(
                 f"{type(self).__name__} needs samples of at least 2 classes in the data, but the data "
@@ -47,6 +115,7 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
                 f"{self.classes_.tolist()}; refit with warm_start=False."
             )
         self.classes_ = classes
+        y_enc = _encode_labels(y, classes)
         self._seen_X = self._seen_y = None
         if self.batch_scheme == "epochs":
             perm = epoch_permutation(self.random_state, X.shape[0])
@@ -80,7 +149,7 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         """
         first = not hasattr(self, "classes_")
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=False)
-        check_classification_targets(y)
+        _check_targets_and_find_classes(y)
         if first:
             if classes is None:
                 raise ValueError("classes must be passed on the first call to partial_fit (every label the "
@@ -88,10 +157,7 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
             self.classes_ = np.unique(classes)
             if self.classes_.size < 2:
                 raise ValueError(f"{type(self).__name__} needs at least 2 classes; got classes={classes!r}.")
-        unknown = np.setdiff1d(np.unique(y), self.classes_)
-        if unknown.size:
-            raise ValueError(f"y contains labels {unknown.tolist()} not in classes_ {self.classes_.tolist()}.")
-        X_all, y_all = self._accumulate(X, np.searchsorted(self.classes_, y))
+        X_all, y_all = self._accumulate(X, _encode_labels(y, self.classes_, check_known=True))
         return self._fit(X_all, y_all, streaming=True)
 
     def _observed_targets(self):

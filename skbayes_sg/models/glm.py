@@ -16,10 +16,26 @@ from ._base import Model
 from ._gradients import LinearPerExampleGradients
 
 
+def class_codes(y):
+    """Integer class codes kept in their own dtype; other dtypes converted to ``intp``.
+
+    The classifiers pass codes in the smallest unsigned dtype that holds them (one byte a
+    row below 256 classes); widening them to int64 or float64 for the whole data would be
+    8 bytes a row, the largest allocation of a fit on memmapped X. Models whose kernels
+    compute with another dtype convert each minibatch's codes in ``_rows``.
+    """
+    if y is None:
+        return None
+    y = np.asarray(y)
+    return y if y.dtype.kind in "iu" else y.astype(np.intp)
+
+
 class _GLM(Model):
     _data_attributes = ("X", "y", "_row_sq_cache")
     _row_sq_cache = None
     _n_extra = 0
+    #: dtype of the targets the likelihood kernels compute with (``_rows`` converts to it).
+    _y_dtype = np.float64
 
     def __init__(self, X, y, *, alpha=1.0, fit_intercept=True, n_outputs=1):
         self.X = X
@@ -81,12 +97,15 @@ class _GLM(Model):
 
     def _rows(self, idx):
         if idx is None:
-            return self.X, self.y
-        if isinstance(idx, np.ndarray) and isinstance(self.X, np.ndarray):
+            X, y = self.X, self.y
+        elif isinstance(idx, np.ndarray) and isinstance(self.X, np.ndarray):
             # np.take gathers rows markedly faster than fancy indexing; the gather is
             # the dominant cost of a minibatch step on large X.
-            return np.take(self.X, idx, axis=0), np.take(self.y, idx, axis=0)
-        return self.X[idx], self.y[idx]
+            X, y = np.take(self.X, idx, axis=0), np.take(self.y, idx, axis=0)
+        else:
+            X, y = self.X[idx], self.y[idx]
+        # Compactly stored class codes become the kernels' dtype here, minibatch by minibatch.
+        return X, y.astype(self._y_dtype, copy=False)
 
     # -- prior ------------------------------------------------------------------------
     def log_prior_and_grad(self, theta):
@@ -188,14 +207,18 @@ class LogisticModel(_GLM):
     ----------
     X : array of shape (N, D)
     y : array of shape (N,) with values in {0, 1}
+        Kept as given if of an integer or boolean dtype (the compact codes of the
+        classifiers), else as float64.
     alpha : float, default=1.0
         Prior precision of every weight and the intercept.
     fit_intercept : bool, default=True
     """
 
     def __init__(self, X, y, *, alpha=1.0, fit_intercept=True):
-        super().__init__(X, np.asarray(y, dtype=float) if y is not None else None, alpha=alpha,
-                         fit_intercept=fit_intercept, n_outputs=1)
+        if y is not None:
+            y = np.asarray(y)
+            y = y if y.dtype.kind in "biu" else y.astype(np.float64)
+        super().__init__(X, y, alpha=alpha, fit_intercept=fit_intercept, n_outputs=1)
 
     def _residuals(self, Z, y):
         return (y - expit(Z[:, 0]))[:, None]
@@ -245,14 +268,16 @@ class SoftmaxModel(_GLM):
     ----------
     X : array of shape (N, D)
     y : array of shape (N,) of integer class codes 0..K-1
+        Kept in its integer dtype (the classifiers' codes are one byte a row).
     n_classes : int
     alpha : float, default=1.0
     fit_intercept : bool, default=True
     """
 
+    _y_dtype = np.intp
+
     def __init__(self, X, y, *, n_classes, alpha=1.0, fit_intercept=True):
-        super().__init__(X, None if y is None else np.asarray(y, dtype=np.intp), alpha=alpha,
-                         fit_intercept=fit_intercept, n_outputs=int(n_classes))
+        super().__init__(X, class_codes(y), alpha=alpha, fit_intercept=fit_intercept, n_outputs=int(n_classes))
 
     def _residuals(self, Z, y):
         R = -softmax(Z, axis=1)
