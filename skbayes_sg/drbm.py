@@ -3,12 +3,11 @@
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ._classifier import BaseSGBayesClassifier
-from .linear_model import _ATTR_DOC, _COMMON_DOC
+from .linear_model import _ATTR_DOC, _COMMON_DOC, _SparseInput
 from .models.drbm import DRBMModel
 
 # Stream tags: the model's seeded start and the per-chain random starts get streams of
@@ -30,14 +29,6 @@ _INIT_DOC = """
         ``(n_params,)`` or ``(n_chains, n_params)`` gives the starts explicitly."""
 
 
-def _dense_only(X):
-    if sp.issparse(X):
-        raise TypeError(
-            "SGBayesDRBMClassifier does not support sparse input: its (n, n_hidden, n_classes) kernel "
-            "is dense whatever X is. Convert X with X.toarray()."
-        )
-
-
 def _strip_init_doc(doc):
     """The common parameter docs without their ``init`` entry (the DRBM documents its own)."""
     start = doc.index("    init :")
@@ -45,7 +36,7 @@ def _strip_init_doc(doc):
     return doc[:start] + doc[end:]
 
 
-class SGBayesDRBMClassifier(BaseSGBayesClassifier):
+class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     __doc__ = f"""Bayesian discriminative restricted Boltzmann machine sampled by SG-MCMC.
 
     The non-linear classifier of Larochelle & Bengio (2008), as used in the CCAdL paper
@@ -64,6 +55,10 @@ class SGBayesDRBMClassifier(BaseSGBayesClassifier):
     (:class:`skbayes_sg.models.drbm.DRBMPerExampleGradients`) whose products cost
     O(n (H C + H D)) and never form the n x P per-example gradient matrix, so the
     covariance-controlling samplers (``CCAdL``, ``MCCAdL``) stay affordable.
+
+    ``X`` may be a ``scipy.sparse`` matrix (CSR; other formats are converted once): the
+    minibatches stay sparse and every product with them is a sparse-dense product, so the
+    cost of the input layer scales with the non-zeros and X is never densified.
 
     Parameters
     ----------
@@ -147,13 +142,7 @@ class SGBayesDRBMClassifier(BaseSGBayesClassifier):
             return int(rs)
         return int(check_random_state(rs).randint(2**31 - 1))
 
-    def _check_X(self, X):
-        X = super()._check_X(X)
-        _dense_only(X)
-        return X
-
     def _build_model(self, X, y):
-        _dense_only(X)
         self._start_entropy = self._init_entropy()
         return DRBMModel(
             X, y, n_classes=self.classes_.size, n_hidden=self.n_hidden, alpha=self.alpha,

@@ -168,17 +168,6 @@ def test_param_names_follow_the_layout():
     assert names[0] == "W[0, a]" and names[5 * 4] == "U[0, u]" and names[-1] == "d[w]"
 
 
-def test_sparse_input_is_rejected_clearly():
-    import scipy.sparse as sp
-
-    X, y = _moons()
-    with pytest.raises(TypeError, match="sparse"):
-        SGBayesDRBMClassifier(n_hidden=3, n_iter=5).fit(sp.csr_matrix(X), y)
-    clf = SGBayesDRBMClassifier(n_hidden=3, n_iter=5, n_chains=1, sampler="sgld").fit(X, y)
-    with pytest.raises(TypeError, match="sparse"):
-        clf.predict(sp.csr_matrix(X))
-
-
 def test_model_without_data_still_predicts():
     model, theta, X, _ = _small_model()
     light = model.without_data()

@@ -22,6 +22,11 @@ so the ``n x P`` matrix of a minibatch is held as ``X`` (n, D), ``A`` (n, H, C),
 and ``r`` (n, C): memory O(n H C + n D), and every operator product is a contraction of
 these (:class:`DRBMPerExampleGradients`).
 
+Sparse X (scipy.sparse, held as CSR): minibatches are sparse row gathers, and every
+product with X is a sparse-dense product ``X @ M`` or ``X.T @ M`` with ``M`` of H columns,
+O(nnz H); no dense copy of X, nor of a minibatch of it, is made. The ``(n, H, C)`` kernel
+is dense whatever X is.
+
 Numerics: the ``(n, H, C)`` pre-activations are processed in blocks of rows that fit in
 cache (every elementwise pass then stays out of main memory, which halves the cost on
 letter), with ``softplus(o) = max(o, 0) + log(1 + e^-|o|)`` and
@@ -32,9 +37,11 @@ stable log-sum-exp.
 """
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._base import Model
 from ._gradients import PerExampleGradients
+from .glm import class_codes
 
 # Elements of one (rows, H, C) block of temporaries: ~0.5 MB, small enough for L2 cache.
 _BLOCK_ELEMENTS = 2**16
@@ -53,6 +60,21 @@ def _op_scale(v, dtype):
     return m if 0.0 < m < np.inf else 1.0
 
 
+def _as_csr(X):
+    """``X`` unchanged if dense; sparse ``X`` as CSR (row gathers and ``X @ M`` are cheap)."""
+    if sp.issparse(X) and X.format != "csr":
+        return X.tocsr()
+    return X
+
+
+def _xt_dot(X, M):
+    """``M.T @ X``, shape (k, D), for ``M`` (n, k): ``X.T @ M`` transposed when X is sparse
+    (a sparse-dense product, O(nnz k)), a BLAS product when dense."""
+    if sp.issparse(X):
+        return np.asarray(X.T @ M).T
+    return M.T @ X
+
+
 class DRBMPerExampleGradients(PerExampleGradients):
     """Structured per-example gradients of the discriminative RBM (never the n x P matrix).
 
@@ -62,10 +84,14 @@ class DRBMPerExampleGradients(PerExampleGradients):
     ``sum_j a_ij (W_j . x_i + c_j) + sum_jy A_ijy U_jy + r_i . d`` and ``rmatvec`` is
     ``[(a * u)' X, u' A, u' a, u' r]``, both O(n (H C + H D)).
 
+    With sparse ``X`` the W-parts of the products are sparse-dense products, O(nnz H)
+    instead of O(n D H): ``matvec`` contracts ``X W'`` (n, H) with ``a`` and ``rmatvec``
+    forms ``X' (a * u)``, so neither makes a dense (n, D) array.
+
     Parameters
     ----------
-    X : ndarray of shape (n, D)
-        Minibatch features.
+    X : ndarray or sparse matrix of shape (n, D)
+        Minibatch features (sparse: CSR).
     A : ndarray of shape (n, H, C), float64 or float32
         ``A_ijy = r_iy sigmoid(o_jy(x_i))``, the gradients of ``U``. In float32 the
         products (``matvec``, ``rmatvec``) run in single precision, two to three times
@@ -96,7 +122,12 @@ class DRBMPerExampleGradients(PerExampleGradients):
         self._A2 = A.reshape(n, H * C)
         # Copies of a and X in the stored precision for the W-parts of the products.
         self._a_op = a.astype(A.dtype, copy=False)
-        self._X_op = np.asarray(X, dtype=A.dtype)
+        self._sparse = sp.issparse(X)
+        if self._sparse:
+            # Stays sparse: a single-precision copy of the minibatch's non-zeros only.
+            self._X_op = _as_csr(X).astype(A.dtype, copy=False)
+        else:
+            self._X_op = np.asarray(X, dtype=A.dtype)
         self._A_sum = A_sum
         self._mean = None
 
@@ -125,7 +156,7 @@ class DRBMPerExampleGradients(PerExampleGradients):
         if self._mean is None:
             n = self.n_batch
             A_sum = self._A_sum if self._A_sum is not None else self._A2.sum(axis=0)
-            self._mean = self._join(self.a.T @ self.X, A_sum, self.a.sum(axis=0), self.r.sum(axis=0))
+            self._mean = self._join(_xt_dot(self.X, self.a), A_sum, self.a.sum(axis=0), self.r.sum(axis=0))
             self._mean /= n
         return self._mean.copy()
 
@@ -137,8 +168,14 @@ class DRBMPerExampleGradients(PerExampleGradients):
         # would copy the arrays to float64), on v scaled to max |v| = 1 so that float32
         # cannot overflow where float64 would not (|A| <= 1, |a| <= H).
         scale = _op_scale(v, dt)
-        # sum_j a_ij W_j . x_i = x_i . (a_i W): contracts over D (small) instead of H.
-        out = np.einsum("nd,nd->n", self._a_op @ (W / scale).astype(dt), self._X_op).astype(float)
+        if self._sparse:
+            # sum_j a_ij (W_j . x_i): the sparse product X W' (n, H) costs O(nnz H) and
+            # no dense (n, D) array is formed.
+            XW = self._X_op @ np.ascontiguousarray((W / scale).T, dtype=dt)
+            out = np.einsum("nh,nh->n", self._a_op, XW).astype(float)
+        else:
+            # sum_j a_ij W_j . x_i = x_i . (a_i W): contracts over D (small) instead of H.
+            out = np.einsum("nd,nd->n", self._a_op @ (W / scale).astype(dt), self._X_op).astype(float)
         out += self._A2 @ (U / scale).astype(dt)
         out *= scale
         if c is not None:
@@ -151,7 +188,11 @@ class DRBMPerExampleGradients(PerExampleGradients):
         u = np.asarray(u, dtype=float)
         scale = _op_scale(u, self._A2.dtype)
         u_op = (u / scale).astype(self._A2.dtype)
-        w = self._a_op.T @ (self._X_op * u_op[:, None])
+        if self._sparse:
+            # sum_i u_i a_ij x_i = (X' (a * u))': O(nnz H), X stays sparse.
+            w = np.asarray(self._X_op.T @ (self._a_op * u_op[:, None])).T
+        else:
+            w = self._a_op.T @ (self._X_op * u_op[:, None])
         c = u @ self.a if self.fit_intercept else None
         d = u @ self.r if self.fit_intercept else None
         out = self._join(w, u_op @ self._A2, c, d)
@@ -168,7 +209,8 @@ class DRBMPerExampleGradients(PerExampleGradients):
             u = np.square(self._A2).sum(axis=0, dtype=np.float64)
         c = a2.sum(axis=0) if self.fit_intercept else None
         d = np.einsum("ny,ny->y", self.r, self.r) if self.fit_intercept else None
-        return self._join(a2.T @ (self.X * self.X), u, c, d)
+        X2 = self.X.multiply(self.X) if self._sparse else self.X * self.X
+        return self._join(_xt_dot(X2, a2), u, c, d)
 
 
 class DRBMModel(Model):
@@ -181,10 +223,11 @@ class DRBMModel(Model):
 
     Parameters
     ----------
-    X : ndarray of shape (N, D)
-        Training features (``None`` for a prediction-only copy).
+    X : ndarray or sparse matrix of shape (N, D)
+        Training features (``None`` for a prediction-only copy). Sparse X is held as
+        CSR (other formats are converted once) and never densified.
     y : ndarray of shape (N,)
-        Integer class codes ``0..C-1``.
+        Integer class codes ``0..C-1``, kept in their integer dtype.
     n_classes : int
         ``C``.
     n_hidden : int, default=100
@@ -224,8 +267,8 @@ class DRBMModel(Model):
 
     def __init__(self, X, y, *, n_classes, n_hidden=100, alpha=1.0, fit_intercept=True, init_scale=0.1,
                  operator_dtype="float32", random_state=None):
-        self.X = X
-        self.y = None if y is None else np.asarray(y, dtype=np.intp)
+        self.X = _as_csr(X)
+        self.y = class_codes(y)  # used only as indices: uint8 codes serve as they are
         self.n_classes = int(n_classes)
         self.n_hidden = int(n_hidden)
         self.n_features = int(X.shape[1])
@@ -322,7 +365,7 @@ class DRBMModel(Model):
         W, U, c, d = self.unpack(theta)
         n = X.shape[0]
         H, C = self.n_hidden, self.n_classes
-        B = X @ W.T
+        B = np.asarray(X @ W.T)  # sparse X: a sparse-dense product, O(nnz H)
         B += c
         m = max(1, min(n, self._block_rows()))
         T = np.empty((3, m, H, C))
@@ -357,6 +400,10 @@ class DRBMModel(Model):
     def _rows(self, idx):
         if idx is None:
             return self.X, self.y
+        if isinstance(idx, np.ndarray) and isinstance(self.X, np.ndarray):
+            # np.take gathers rows faster than fancy indexing.
+            return np.take(self.X, idx, axis=0), np.take(self.y, idx, axis=0)
+        # Sparse X (CSR): a row gather or slice that stays sparse.
         return self.X[idx], self.y[idx]
 
     # -- likelihood and prior ------------------------------------------------------
@@ -380,7 +427,7 @@ class DRBMModel(Model):
             Xb = X[s : s + _OUTER_ROWS]
             ll, a, r, A_sum = self._batch(theta, Xb, y[s : s + _OUTER_ROWS])
             total += float(ll.sum())
-            gW += a.T @ Xb
+            gW += _xt_dot(Xb, a)
             gU += A_sum
             gc += a.sum(axis=0)
             gd += r.sum(axis=0)
@@ -396,9 +443,10 @@ class DRBMModel(Model):
         """Log class probabilities ``log p(y | x, theta_s)``, shape (S, n, C).
 
         Computed in blocks of rows, so the memory beyond the output is O(block H C).
+        ``X`` may be sparse; it is then never densified.
         """
         thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
-        X = np.asarray(X, dtype=float)
+        X = _as_csr(X).astype(float, copy=False) if sp.issparse(X) else np.asarray(X, dtype=float)
         n = X.shape[0]
         H, C = self.n_hidden, self.n_classes
         out = np.empty((thetas.shape[0], n, C))
@@ -406,7 +454,7 @@ class DRBMModel(Model):
         T = np.empty((3, m, H, C))
         for s_idx, theta in enumerate(thetas):
             W, U, c, d = self.unpack(theta)
-            B = X @ W.T
+            B = np.asarray(X @ W.T)
             B += c
             for s in range(0, n, m):
                 e = min(s + m, n)
