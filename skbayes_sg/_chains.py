@@ -5,10 +5,16 @@ draws all its randomness from its own ``numpy.random.Generator`` seeded by a chi
 one ``SeedSequence``, so the draws are bit-identical whatever ``n_jobs`` is.
 """
 
+import pickle
 from dataclasses import dataclass, field
 
 import numpy as np
 from joblib import Parallel, delayed
+
+try:
+    import cloudpickle  # a dependency of joblib since 1.5
+except ImportError:  # older joblib vendors it
+    from joblib.externals import cloudpickle
 
 from .exceptions import DivergenceError
 from ._progress import progress_bar
@@ -85,6 +91,14 @@ class ChainRunner:
         if n_burn == 0:
             sampler.end_adaptation(self.state)
 
+    def __reduce__(self):
+        # Pickled into one bytes object, so that its arrays are rebuilt as writable copies
+        # wherever it is unpickled: joblib's loky backend memory-maps array arguments over
+        # 1 MB (a long chain's draw buffer) and Ray maps every array from its object store,
+        # both read-only, and a chain updates its state and draws in place. cloudpickle, as
+        # loky uses, so that a sampler class defined in a script still travels.
+        return _unpickle_runner, (cloudpickle.dumps(self.__dict__),)
+
     @property
     def done(self):
         return self.t >= self.n_iter
@@ -122,6 +136,12 @@ class ChainRunner:
             n_grad_evals=self.target.n_grad_evals,
             summary=self.sampler.chain_summary(self.state),
         )
+
+
+def _unpickle_runner(state):
+    runner = ChainRunner.__new__(ChainRunner)
+    runner.__dict__.update(pickle.loads(state))
+    return runner
 
 
 def run_chain(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,

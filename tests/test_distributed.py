@@ -1,4 +1,8 @@
-"""Chains on a dask.distributed cluster (on loopback) through joblib's dask backend."""
+"""Chains on a dask.distributed cluster (on loopback) through joblib's dask backend, and on a local Ray
+instance through Ray's joblib backend."""
+
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -10,7 +14,7 @@ from joblib import parallel_config  # noqa: E402
 from skbayes_sg import SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg._chains import run_chains  # noqa: E402
 from skbayes_sg.models import LinearRegressionModel  # noqa: E402
-from skbayes_sg.samplers import SGNHT  # noqa: E402
+from skbayes_sg.samplers import SGLD, SGNHT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +67,54 @@ def test_model_is_sent_once_not_once_per_chain(client):
         run_chains(SGNHT(), model, [np.zeros(model.n_params)] * 4, 50, 10, 1, None, 100, "replacement", seeds,
                    step_size=1e-3, n_jobs=-1)
     assert len(_PICKLES) == 1
+
+
+# -- Ray's joblib backend (optional: pip install "skbayes_sg[ray]") ---------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_backend(tmp_path_factory):
+    # Ray binds a local instance to the machine's network address unless clusters are off,
+    # as on macOS and Windows, where it keeps to loopback: so here too. Read at import.
+    previous = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    try:
+        ray = pytest.importorskip("ray")
+        from ray.util.joblib import register_ray
+
+        # Two CPUs, no dashboard, session files under pytest's temporary directory.
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _node_ip_address="127.0.0.1", _temp_dir=str(tmp_path_factory.mktemp("ray")))
+        register_ray()
+        yield
+    finally:
+        if "ray" in sys.modules:
+            sys.modules["ray"].shutdown()
+        if previous is None:
+            os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+        else:
+            os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = previous
+
+
+def test_ray_backend_gives_the_local_draws(ray_backend):
+    X, y = _data()
+    kw = dict(n_iter=300, n_chains=4, random_state=7)
+    local = SGBayesLogisticRegression(**kw).fit(X, y)
+    with parallel_config(backend="ray"):
+        remote = SGBayesLogisticRegression(n_jobs=-1, **kw).fit(X, y)
+    np.testing.assert_array_equal(remote.samples_, local.samples_)
+    np.testing.assert_array_equal(remote.predict_proba(X[:5]), local.predict_proba(X[:5]))
+
+
+def test_loky_workers_continue_chains_whose_buffers_joblib_memory_maps():
+    # joblib's process backend memory-maps array arguments over 1 MB read-only, as Ray maps
+    # all of them: a draw buffer of 800 draws x 201 parameters (1.3 MB) travels in the chain.
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(100, 200))
+    y = (X[:, 0] > 0).astype(int)
+    kw = dict(sampler=SGLD(step_size=1e-4), n_iter=800, burn_in=0, n_chains=2, init="zeros", random_state=0)
+    local = SGBayesLogisticRegression(**kw).fit(X, y)
+    assert local.samples_[0].nbytes > 1e6
+    with parallel_config(backend="loky"):
+        workers = SGBayesLogisticRegression(n_jobs=2, **kw).fit(X, y)
+    np.testing.assert_array_equal(workers.samples_, local.samples_)
