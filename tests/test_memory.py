@@ -6,20 +6,22 @@ independent of N. ``tracemalloc`` sees every numpy and Python allocation but not
 memmap's pages (the OS's file cache), so the growth of the traced peak between N and 4N
 rows is what the fit itself keeps or copies per row.
 
-The fits here start at zeros with a fixed step size: ``init="map"`` and the ``"auto"`` step
-size make full-data passes whose N-vectors (the linear predictor and residuals) are
-transient per-row memory of their own, and samplers that need tr(Sigma) (mCCAdL) keep the
-rows' squared norms; neither is label handling.
+Two sources of per-row memory are tested apart: the label handling (fits from zeros with
+a fixed step size, which touch only minibatches), and the full-data passes of the default
+settings (``init="map"``'s L-BFGS, the ``"auto"`` step size's Lanczos iteration on
+Hessian-vector products, mCCAdL's squared row norms), which run over blocks of rows.
 """
 
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
 
 from skbayes_sg import _classifier
+from skbayes_sg.models import glm
 
-from skbayes_sg import SGBayesDRBMClassifier, SGBayesLogisticRegression
+from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg.samplers import SGLD
 
 N_FEATURES = 8
@@ -28,17 +30,28 @@ N_FEATURES = 8
 MAX_BYTES_PER_ROW = 4.0
 
 
-def _write_data(tmp_path, n_rows, y_kind, chunk=100_000):
-    """X (n_rows, N_FEATURES) float64 as a memmap and labels y, written in chunks."""
+def _write_data(tmp_path, n_rows, y_kind, chunk=100_000, n_classes=2):
+    """X (n_rows, N_FEATURES) float64 as a memmap and targets y, written in chunks.
+
+    Two classes: labels -1 and 2; more: 0..n_classes-1 by thresholds on a noisy score;
+    ``n_classes=None``: the score itself, a float64 memmap (regression targets).
+    """
     X = np.lib.format.open_memmap(tmp_path / f"X{n_rows}.npy", mode="w+", dtype=np.float64,
                                   shape=(n_rows, N_FEATURES))
-    y = np.lib.format.open_memmap(tmp_path / f"y{n_rows}.npy", mode="w+", dtype=np.int64, shape=(n_rows,))
+    y = np.lib.format.open_memmap(tmp_path / f"y{n_rows}.npy", mode="w+",
+                                  dtype=np.float64 if n_classes is None else np.int64, shape=(n_rows,))
     rng = np.random.default_rng(0)
     w = rng.normal(size=N_FEATURES)
     for start in range(0, n_rows, chunk):
         block = rng.normal(size=(min(chunk, n_rows - start), N_FEATURES))
         X[start:start + len(block)] = block
-        y[start:start + len(block)] = 3 * (block @ w + rng.logistic(size=len(block)) > 0) - 1  # labels -1, 2
+        score = block @ w + rng.logistic(size=len(block))
+        if n_classes is None:
+            y[start:start + len(block)] = score
+        elif n_classes == 2:
+            y[start:start + len(block)] = 3 * (score > 0) - 1  # labels -1, 2
+        else:
+            y[start:start + len(block)] = np.digitize(score, np.linspace(-2, 2, n_classes - 1))
     X.flush()
     y.flush()
     del X, y
@@ -70,6 +83,114 @@ def test_fit_on_memmap_allocates_no_per_row_copies(tmp_path, y_kind):
     assert growth < MAX_BYTES_PER_ROW, (
         f"the fit's peak allocation grows by {growth:.1f} B/row (peaks {peaks[0] / 1e6:.2f} MB at {n} rows, "
         f"{peaks[1] / 1e6:.2f} MB at {4 * n}); X is {8 * N_FEATURES} B/row on disk")
+
+
+# -- full-data passes by blocks: the default settings ----------------------------------------
+
+# Labels (1 B/row) and nothing else: before the passes ran by blocks, the "auto" step
+# size's Hessian-vector products on a whole memmapped X allocated about 48 B/row.
+MAX_DEFAULT_BYTES_PER_ROW = 4.0
+
+
+def _default_fit_peak(make, X, y):
+    est = make()
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a few iterations do not converge, by design
+            est.fit(X, y)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.isfinite(est.samples_).all()
+    return peak
+
+
+@pytest.mark.parametrize("name, make, n_classes", [
+    # Defaults everywhere but the chain length: mCCAdL, init="map", step_size="auto".
+    ("binary logistic", lambda: SGBayesLogisticRegression(n_iter=20, n_chains=1, random_state=0), 2),
+    ("softmax", lambda: SGBayesLogisticRegression(n_iter=20, n_chains=1, random_state=0), 3),
+    # Regression targets as a float64 memmap: the model keeps them as given (an integer
+    # y would be converted to float64, 8 B/row).
+    ("linear regression", lambda: SGBayesLinearRegression(n_iter=20, n_chains=1, random_state=0), None),
+])
+def test_default_fit_on_memmap_allocates_no_per_row_arrays(tmp_path, monkeypatch, name, make, n_classes):
+    # Blocks of 8192 rows for the passes and 4096 for the labels (65536 each by default):
+    # N and 4N rows both span several blocks, so the peak is that of a block at both sizes
+    # (with the default blocks, N rows would be one partial block and the peak would still
+    # move between N and 4N).
+    monkeypatch.setattr(glm, "_BLOCK_ELEMENTS", 2**13)
+    monkeypatch.setattr(_classifier, "_LABEL_BLOCK", 2**12)
+    n = 50_000
+    peaks = []
+    # A first small fit takes the one-time allocations (lazy imports, caches) out of the peaks.
+    for rows in (1000, n, 4 * n):
+        X, y = _write_data(tmp_path, rows, "int memmap", n_classes=n_classes)
+        peaks.append(_default_fit_peak(make, X, y))
+    peaks = peaks[1:]
+    growth = (peaks[1] - peaks[0]) / (3 * n)
+    assert growth < MAX_DEFAULT_BYTES_PER_ROW, (
+        f"{name}: a default fit's peak allocation grows by {growth:.1f} B/row (peaks {peaks[0] / 1e6:.2f} MB at "
+        f"{n} rows, {peaks[1] / 1e6:.2f} MB at {4 * n}); X is {8 * N_FEATURES} B/row on disk")
+
+
+def _glm_models(X, rng):
+    y2 = (rng.random(X.shape[0]) < 0.4).astype(np.uint8)
+    y3 = rng.integers(0, 3, X.shape[0]).astype(np.uint8)
+    yr = rng.normal(size=X.shape[0])
+    return [glm.LogisticModel(X, y2), glm.SoftmaxModel(X, y3, n_classes=3), glm.LinearRegressionModel(X, yr),
+            glm.LinearRegressionModel(X, yr, noise_precision=2.0, fit_intercept=False)]
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_full_data_passes_by_blocks_sum_to_the_whole_data_values(monkeypatch, sparse):
+    """Blocks of 7 rows (the last one partial) give the one-block sums: log likelihood,
+    gradient, Hessian-vector products and the rows' squared norms."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(100, 4)) * (rng.random((100, 4)) < 0.6)
+    X = sp.csr_matrix(X) if sparse else X
+    results = {}
+    for elements in (2**16, 7):
+        monkeypatch.setattr(glm, "_BLOCK_ELEMENTS", elements)
+        out = []
+        for model in _glm_models(X, np.random.default_rng(4)):
+            assert len(model._block_slices()) == (1 if elements > 100 else -(-100 // model._block_rows()))
+            theta = np.random.default_rng(5).normal(size=model.n_params) * 0.3
+            v = np.random.default_rng(6).normal(size=model.n_params)
+            ll, grad = model.log_likelihood_and_grad(theta)
+            out.append((ll, grad, model.loglik_hvp(theta, v), model.hessian_vector_product(theta, v),
+                        model._all_row_sq_norms()))
+        results[elements] = out
+    for whole, blocks in zip(results[2**16], results[7]):
+        for a, b in zip(whole, blocks):
+            np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
+    # The one-block values are the minibatch formulas on all rows.
+    for model, (ll, grad, hv, _, norms) in zip(_glm_models(X, np.random.default_rng(4)), results[7]):
+        theta = np.random.default_rng(5).normal(size=model.n_params) * 0.3
+        v = np.random.default_rng(6).normal(size=model.n_params)
+        rows = np.arange(100)
+        ll_rows, grad_rows = model.log_likelihood_and_grad(theta, rows)
+        np.testing.assert_allclose([ll, *grad], [ll_rows, *grad_rows], rtol=1e-12)
+        np.testing.assert_allclose(hv, model.loglik_hvp(theta, v, rows), rtol=1e-12, atol=1e-12)
+        dense = X.toarray() if sparse else X
+        np.testing.assert_allclose(norms, (dense**2).sum(axis=1), rtol=1e-12)
+
+
+def test_memmapped_features_get_row_norms_per_minibatch(tmp_path):
+    """mCCAdL's tr(Sigma) on memmapped X: the minibatch's norms, no cache of all N, and the
+    same total as the cached norms of the same data in memory."""
+    X, y = _write_data(tmp_path, 500, "int memmap")
+    y = (np.asarray(y) > 0).astype(np.uint8)
+    on_disk, in_memory = glm.LogisticModel(X, y), glm.LogisticModel(np.array(X), y)
+    theta = np.random.default_rng(7).normal(size=on_disk.n_params)
+    rows = np.random.default_rng(8).integers(0, 500, 50)
+    totals = [m.per_example_gradients(theta, rows).total_sum_of_squares() for m in (on_disk, in_memory)]
+    assert on_disk._row_sq_cache is None and in_memory._row_sq_cache is not None
+    assert totals[0] == totals[1]
+    G = on_disk.per_example_gradients(theta, rows).to_dense()
+    assert totals[0] == pytest.approx(float((G**2).sum()), rel=1e-12)
 
 
 # -- label handling by blocks gives what sklearn's whole-array checks give ---------------------

@@ -9,11 +9,75 @@ included, as in the papers (the intercept is not left flat: with separable data 
 intercept gives an improper posterior).
 """
 
+import mmap
+
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import expit, log_expit, logsumexp, softmax
 
 from ._base import Model
 from ._gradients import LinearPerExampleGradients
+
+# Elements of the (rows, K) arrays of one block of a full-data pass (log likelihood,
+# gradient, Hessian-vector products): the predictor, residuals and curvature weights of a
+# block of 2**16 rows (K = 1) take a few MiB whatever N, where those of a whole memmapped X
+# took tens of bytes a row. The block's features are a view, never a copy. Blocks stay
+# large (a9a is one block) because each block makes a few BLAS calls, and a threaded BLAS
+# call costs milliseconds of synchronisation on a machine whose cores are busy.
+_BLOCK_ELEMENTS = 2**16
+
+
+def _row_sq_norms_of(X):
+    """``||x_i||^2`` of each row of ``X`` (dense, or sparse), shape (n,).
+
+    The formula of :meth:`LinearPerExampleGradients.total_sum_of_squares` when it is given
+    no norms (as after unpickling), to the last bit: a chain continued in another process
+    must draw what it would have drawn in this one.
+    """
+    if sp.issparse(X):
+        return np.asarray(X.multiply(X).sum(axis=1)).ravel()
+    return np.einsum("nd,nd->n", X, X)
+
+
+def _memory_mapped(X):
+    """Whether dense ``X`` lives in a memory map (a ``numpy.memmap`` or a view of one, as
+    ``validate_data`` returns for a memmap)."""
+    while isinstance(X, np.ndarray):
+        if isinstance(X, np.memmap):
+            return True
+        X = X.base
+    return isinstance(X, mmap.mmap)
+
+
+def _row_block(X, rows):
+    """Rows ``rows`` (a slice with step 1) of dense or CSR ``X`` as a view, not a copy.
+
+    Slicing a CSR matrix copies the block's entries, and so does its constructor given
+    views that are small parts of their arrays (scipy prunes them); a matrix whose arrays
+    are set to slices of X's shares them (only the block's row pointers are new).
+    """
+    if not sp.issparse(X):
+        return X[rows]
+    start, stop = rows.start, min(rows.stop, X.shape[0])
+    a, b = X.indptr[start], X.indptr[stop]
+    block = type(X)((stop - start, X.shape[1]), dtype=X.dtype)
+    block.data, block.indices, block.indptr = X.data[a:b], X.indices[a:b], X.indptr[start : stop + 1] - a
+    return block
+
+
+def _transpose(X):
+    """``X.T``; for CSR ``X``, a CSC matrix over the same arrays.
+
+    scipy's transpose goes through the constructor, which copies the arrays of a row
+    block from :func:`_row_block` (views of a small part of X's): every ``X.T @ r`` of a
+    full-data pass would copy the block's entries, a quarter of its time.
+    """
+    if not (sp.issparse(X) and X.format == "csr"):
+        return X.T
+    csc = sp.csc_matrix if isinstance(X, sp.spmatrix) else sp.csc_array
+    T = csc((X.shape[1], X.shape[0]), dtype=X.dtype)
+    T.data, T.indices, T.indptr = X.data, X.indices, X.indptr
+    return T
 
 
 def class_codes(y):
@@ -33,6 +97,7 @@ def class_codes(y):
 class _GLM(Model):
     _data_attributes = ("X", "y", "_row_sq_cache")
     _row_sq_cache = None
+    _cache_row_norms = True
     _n_extra = 0
     #: dtype of the targets the likelihood kernels compute with (``_rows`` converts to it).
     _y_dtype = np.float64
@@ -47,6 +112,9 @@ class _GLM(Model):
         self.n_samples = X.shape[0]
         K = n_outputs
         self.n_params = self.n_features * K + (K if fit_intercept else 0) + self._n_extra
+        # Decided here, on the caller's X: in joblib's process workers X arrives memory-mapped
+        # whatever it was, and they should cache as the caller would (see _row_sq_norms).
+        self._cache_row_norms = not _memory_mapped(X)
 
     # -- parameter layout ----------------------------------------------------------
     def unpack(self, theta):
@@ -107,6 +175,55 @@ class _GLM(Model):
         # Compactly stored class codes become the kernels' dtype here, minibatch by minibatch.
         return X, y.astype(self._y_dtype, copy=False)
 
+    def _row_sq_norms(self, idx, X):
+        """``||x_i||^2`` of the rows ``idx`` (features ``X``), for samplers that need tr(Sigma).
+
+        In-memory X: gathered (O(n)) from the norms of all rows, computed on the first
+        request; they take 8 bytes a row, at most 1/D of X itself, and spare mCCAdL 5-10% of
+        its iteration time on a9a. Memory-mapped X (the model's at construction):
+        computed from the minibatch, O(n D) like its gradient, since a cache would be the
+        one allocation of the fit that grows with N while X stays on disk.
+        """
+        cache = self._row_sq_cache
+        if cache is None:
+            if not self._cache_row_norms:
+                return _row_sq_norms_of(X)
+            cache = self._row_sq_cache = self._all_row_sq_norms()
+        return cache if idx is None else cache[idx]
+
+    def _all_row_sq_norms(self):
+        # By blocks: X.multiply(X) of a whole sparse X would copy all its entries.
+        out = np.empty(self.n_samples)
+        for rows in self._block_slices():
+            out[slice(None) if rows is None else rows] = _row_sq_norms_of(
+                self.X if rows is None else _row_block(self.X, rows))
+        return out
+
+    def _block_rows(self):
+        """Rows per block of a full-data pass (see ``_BLOCK_ELEMENTS``)."""
+        return max(1, _BLOCK_ELEMENTS // self.n_outputs)
+
+    def _block_slices(self):
+        """Row slices of the blocks of a full-data pass; ``[None]`` for one block of all rows.
+
+        Full-data passes sum over blocks, so what they allocate is bounded by a block
+        instead of growing with N. Sparse formats other than CSR are passed whole (a row
+        block of them would be a conversion).
+        """
+        X = self.X
+        N, m = self.n_samples, self._block_rows()
+        if N <= m or (sp.issparse(X) and X.format != "csr"):
+            return [None]
+        return [slice(start, start + m) for start in range(0, N, m)]
+
+    def _data_blocks(self):
+        """``(X_b, y_b)`` over all rows, block by block (see :meth:`_block_slices`)."""
+        for rows in self._block_slices():
+            if rows is None:
+                yield self._rows(None)
+            else:
+                yield _row_block(self.X, rows), self.y[rows].astype(self._y_dtype, copy=False)
+
     # -- prior ------------------------------------------------------------------------
     def log_prior_and_grad(self, theta):
         n_w = self.n_params - self._n_extra
@@ -129,21 +246,10 @@ class _GLM(Model):
         """Per-example log likelihood (n,) for the linear predictor Z (n, K)."""
         raise NotImplementedError
 
-    def _row_sq_norms(self, idx):
-        """``||x_i||^2`` of rows ``idx``, gathered (O(n)) from norms computed once for all rows
-        (O(N) memory) the first time a sampler asks (only those that need tr(Sigma) do)."""
-        if self._row_sq_cache is None:
-            X = self.X
-            if hasattr(X, "multiply"):
-                self._row_sq_cache = np.asarray(X.multiply(X).sum(axis=1)).ravel()
-            else:
-                self._row_sq_cache = np.einsum("nd,nd->n", X, X)
-        return self._row_sq_cache if idx is None else self._row_sq_cache[idx]
-
     def per_example_gradients(self, theta, idx):
         X, y = self._rows(idx)
         R = self._residuals(self._linear_predictor(theta, X), y)
-        return LinearPerExampleGradients(X, R, self.fit_intercept, row_sq_norms=lambda: self._row_sq_norms(idx))
+        return LinearPerExampleGradients(X, R, self.fit_intercept, row_sq_norms=lambda: self._row_sq_norms(idx, X))
 
     def _curvature(self, theta, Z, y, U, e_v):
         """Second derivatives of the log likelihood in the linear predictor, applied.
@@ -163,14 +269,43 @@ class _GLM(Model):
         ``idx``; its ``mean() * n_batch`` is their sum. Exact, O(n D K).
         """
         X, y = self._rows(idx)
+        S, Se = self._hvp_terms(theta, v, X, y)
+        return LinearPerExampleGradients(X, S, self.fit_intercept, Se)
+
+    def _hvp_terms(self, theta, v, X, y):
+        """``(S, Se)`` of :meth:`_curvature` for the rows ``X, y`` and direction ``v``."""
         Z = self._linear_predictor(theta, X)
         W_v, b_v, e_v = self.unpack(v)
         U = X @ W_v + (b_v if self.fit_intercept else 0.0)
-        S, Se = self._curvature(theta, Z, y, np.asarray(U), e_v)
-        return LinearPerExampleGradients(X, S, self.fit_intercept, Se)
+        return self._curvature(theta, Z, y, np.asarray(U), e_v)
+
+    def _hvp_sum(self, theta, v, X, y):
+        """``sum_i H_i v`` over the rows ``X, y``: the operator's ``mean() * n`` without its
+        transpose of X (see :func:`_transpose`)."""
+        S, Se = self._hvp_terms(theta, v, X, y)
+        D, K = self.n_features, self.n_outputs
+        out = np.empty(self.n_params)
+        out[: D * K] = np.asarray(_transpose(X) @ S).ravel()
+        pos = D * K
+        if self.fit_intercept:
+            out[pos : pos + K] = S.sum(axis=0)
+            pos += K
+        if Se is not None:
+            out[pos:] = Se.sum(axis=0)
+        return out
 
     def loglik_hvp(self, theta, v, idx=None):
-        ops = self.per_example_hvp(theta, v, slice(None) if idx is None else idx)
+        """``sum_{i in idx} (Hess log p(y_i | x_i, theta)) v`` over rows ``idx``, exactly.
+
+        With ``idx=None`` (all rows, as the ``"auto"`` step size's Lanczos iteration asks)
+        the sum runs over blocks of rows, so its memory does not grow with N.
+        """
+        if idx is None:
+            out = np.zeros(self.n_params)
+            for X, y in self._data_blocks():
+                out += self._hvp_sum(theta, v, X, y)
+            return out
+        ops = self.per_example_hvp(theta, v, idx)
         return ops.mean() * ops.n_batch
 
     def hessian_vector_product(self, theta, v, eps=None):
@@ -186,10 +321,26 @@ class _GLM(Model):
         return np.zeros(self._n_extra)
 
     def log_likelihood_and_grad(self, theta, idx=None):
-        X, y = self._rows(idx)
+        """Summed log likelihood of rows ``idx`` (all rows if None) and its gradient (P,).
+
+        All rows are processed in blocks (see :meth:`_data_blocks`): the pass's memory is
+        bounded by a block, not N, which matters on memmapped X (the MAP start and the
+        exact samplers make such passes).
+        """
+        if idx is not None:
+            return self._loglik_and_grad_rows(theta, *self._rows(idx))
+        total, grad = 0.0, np.zeros(self.n_params)
+        for X, y in self._data_blocks():
+            ll, g = self._loglik_and_grad_rows(theta, X, y)
+            total += ll
+            grad += g
+        return total, grad
+
+    def _loglik_and_grad_rows(self, theta, X, y):
+        """Log likelihood summed over the rows ``X, y`` and its gradient."""
         Z = self._linear_predictor(theta, X)
         ll, R = self._log_likelihood_terms(Z, y), self._residuals(Z, y)
-        grad_w = X.T @ R
+        grad_w = _transpose(X) @ R
         parts = [np.asarray(grad_w).ravel()]
         if self.fit_intercept:
             parts.append(R.sum(axis=0))
@@ -227,18 +378,17 @@ class LogisticModel(_GLM):
         s = expit(Z)
         return -s * (1.0 - s) * U, None
 
-    def log_likelihood_and_grad(self, theta, idx=None):
+    def _loglik_and_grad_rows(self, theta, X, y):
         # Fused: one exp(-|z|) serves the stable log-likelihood and the residual, the whole
         # cost of a full-data evaluation besides the two products with X (the exact
         # samplers call this every iteration).
-        X, y = self._rows(idx)
         z = self._linear_predictor(theta, X)[:, 0]
         e = np.exp(-np.abs(z))
         ll = float(y @ z) - float(np.maximum(z, 0.0).sum()) - float(np.log1p(e).sum())
         r = y - np.where(z >= 0, 1.0, e) / (1.0 + e)
         grad = np.empty(self.n_params)
         D = self.n_features
-        grad[:D] = X.T @ r
+        grad[:D] = _transpose(X) @ r
         if self.fit_intercept:
             grad[D] = r.sum()
         return ll, grad
@@ -351,27 +501,27 @@ class LinearRegressionModel(_GLM):
             grad[-1] = a - b * np.exp(s)
         return lp, grad
 
-    def _terms(self, theta, idx):
-        X, y = self._rows(idx)
+    def _terms(self, theta, X, y):
         tau = self.tau(theta)
         r = y - self._linear_predictor(theta, X)[:, 0]
-        return X, r, tau
+        return r, tau
 
     def per_example_gradients(self, theta, idx):
-        X, r, tau = self._terms(theta, idx)
+        X, y = self._rows(idx)
+        r, tau = self._terms(theta, X, y)
         extra = None
         if self.noise_precision is None:
             # d/ds [s/2 - e^s r^2 / 2]
             extra = (0.5 - 0.5 * tau * r * r)[:, None]
         return LinearPerExampleGradients(X, (tau * r)[:, None], self.fit_intercept, extra,
-                                         row_sq_norms=lambda: self._row_sq_norms(idx))
+                                         row_sq_norms=lambda: self._row_sq_norms(idx, X))
 
-    def log_likelihood_and_grad(self, theta, idx=None):
-        X, r, tau = self._terms(theta, idx)
+    def _loglik_and_grad_rows(self, theta, X, y):
+        r, tau = self._terms(theta, X, y)
         n = X.shape[0]
         rr = float(r @ r)
         ll = 0.5 * n * np.log(tau) - 0.5 * n * np.log(2 * np.pi) - 0.5 * tau * rr
-        parts = [np.asarray(X.T @ (tau * r)).ravel()]
+        parts = [np.asarray(_transpose(X) @ (tau * r)).ravel()]
         if self.fit_intercept:
             parts.append(np.array([tau * r.sum()]))
         if self.noise_precision is None:
