@@ -481,65 +481,67 @@ def mlmc(coupled, g, target_rmse, *, rmse_units="absolute", n_initial=100, min_l
     alpha = beta = np.nan
     converged = True
     rnd = 0
-    parallel = Parallel(n_jobs=n_jobs, verbose=verbose)
-    while dN.sum() > 0:
-        tasks = []
-        for level in range(n_lev):
-            for j, start in enumerate(range(0, int(dN[level]), chunk)):
-                size = min(chunk, int(dN[level]) - start)
-                child = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, level, rnd, j))
-                tasks.append((level, size, child))
-        results = parallel(delayed(_run_chunk)(coupled, lv, size, sd, g, keep_draws) for lv, size, sd in tasks)
-        for (level, size, _), res in zip(tasks, results):
-            if sum1 is None:
-                q = res.delta.shape[1]
-                sum1 = np.zeros((max_levels + 1, q))
-                sum2 = np.zeros((max_levels + 1, q))
-            sum1[level] += res.delta.sum(axis=0)
-            sum2[level] += (res.delta**2).sum(axis=0)
-            N[level] += size
-            evals[level] += res.n_grad_evals
-            steps += res.n_steps
-            if keep_draws:
-                kept[level].append((res.points, res.coefs))
-        rnd += 1
-        Nl = N[:n_lev]
-        mean = sum1[:n_lev] / Nl[:, None]
-        var = np.maximum(sum2[:n_lev] / Nl[:, None] - mean**2, 0.0) * Nl[:, None] / np.maximum(Nl - 1, 1)[:, None]
-        if eps is None:
-            if rmse_units == "posterior_sd":
-                sd = np.sqrt(var[0])
-                if np.any(sd <= 0):
-                    raise ValueError("rmse_units='posterior_sd': g has zero spread at level 0; use absolute units.")
-                eps = target * sd
-            else:
-                eps = np.broadcast_to(target, mean.shape[1:]).astype(float)
-        # Normalised by eps_j and maximised over coordinates: one scalar problem with eps = 1.
-        ml = np.max(np.abs(mean) / eps, axis=1)
-        Vl = np.max(var / eps**2, axis=1)
-        # Giles' guard against (near) zero estimates on the finer levels.
-        a_guard = alpha if np.isfinite(alpha) else 1.0
-        b_guard = beta if np.isfinite(beta) else 1.0
-        for level in range(2, n_lev):
-            ml[level] = max(ml[level], 0.5 * ml[level - 1] / 2**a_guard)
-            Vl[level] = max(Vl[level], 0.5 * Vl[level - 1] / 2**b_guard)
-        alpha = max(0.5, _nan_to(_regress_rate(ml), 1.0))
-        beta = max(0.5, _nan_to(_regress_rate(Vl), 1.0))
-        Cl = cost[:n_lev]
-        Ns = _optimal_samples(Vl, Cl)
-        dN[:] = 0
-        dN[:n_lev] = np.maximum(0, Ns - Nl)
-        if np.all(dN[:n_lev] <= 0.01 * Nl):
-            rem = _bias_estimate(ml, alpha)
-            if rem > 1.0 / math.sqrt(2.0):
-                if n_lev - 1 >= max_levels:
-                    converged = False
+    # One managed Parallel for all rounds: joblib then keeps its workers between rounds instead
+    # of starting a pool per round (seconds a round with backends such as Ray or dask).
+    with Parallel(n_jobs=n_jobs, verbose=verbose) as parallel:
+        while dN.sum() > 0:
+            tasks = []
+            for level in range(n_lev):
+                for j, start in enumerate(range(0, int(dN[level]), chunk)):
+                    size = min(chunk, int(dN[level]) - start)
+                    child = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, level, rnd, j))
+                    tasks.append((level, size, child))
+            results = parallel(delayed(_run_chunk)(coupled, lv, size, sd, g, keep_draws) for lv, size, sd in tasks)
+            for (level, size, _), res in zip(tasks, results):
+                if sum1 is None:
+                    q = res.delta.shape[1]
+                    sum1 = np.zeros((max_levels + 1, q))
+                    sum2 = np.zeros((max_levels + 1, q))
+                sum1[level] += res.delta.sum(axis=0)
+                sum2[level] += (res.delta**2).sum(axis=0)
+                N[level] += size
+                evals[level] += res.n_grad_evals
+                steps += res.n_steps
+                if keep_draws:
+                    kept[level].append((res.points, res.coefs))
+            rnd += 1
+            Nl = N[:n_lev]
+            mean = sum1[:n_lev] / Nl[:, None]
+            var = np.maximum(sum2[:n_lev] / Nl[:, None] - mean**2, 0.0) * Nl[:, None] / np.maximum(Nl - 1, 1)[:, None]
+            if eps is None:
+                if rmse_units == "posterior_sd":
+                    sd = np.sqrt(var[0])
+                    if np.any(sd <= 0):
+                        raise ValueError("rmse_units='posterior_sd': g has zero spread at level 0; use absolute units.")
+                    eps = target * sd
                 else:
-                    Vl = np.append(Vl, Vl[-1] / 2**beta)
-                    n_lev += 1
-                    Ns = _optimal_samples(Vl, cost[:n_lev])
-                    Ns[-1] = max(Ns[-1], n_initial)
-                    dN[:n_lev] = np.maximum(0, Ns - N[:n_lev])
+                    eps = np.broadcast_to(target, mean.shape[1:]).astype(float)
+            # Normalised by eps_j and maximised over coordinates: one scalar problem with eps = 1.
+            ml = np.max(np.abs(mean) / eps, axis=1)
+            Vl = np.max(var / eps**2, axis=1)
+            # Giles' guard against (near) zero estimates on the finer levels.
+            a_guard = alpha if np.isfinite(alpha) else 1.0
+            b_guard = beta if np.isfinite(beta) else 1.0
+            for level in range(2, n_lev):
+                ml[level] = max(ml[level], 0.5 * ml[level - 1] / 2**a_guard)
+                Vl[level] = max(Vl[level], 0.5 * Vl[level - 1] / 2**b_guard)
+            alpha = max(0.5, _nan_to(_regress_rate(ml), 1.0))
+            beta = max(0.5, _nan_to(_regress_rate(Vl), 1.0))
+            Cl = cost[:n_lev]
+            Ns = _optimal_samples(Vl, Cl)
+            dN[:] = 0
+            dN[:n_lev] = np.maximum(0, Ns - Nl)
+            if np.all(dN[:n_lev] <= 0.01 * Nl):
+                rem = _bias_estimate(ml, alpha)
+                if rem > 1.0 / math.sqrt(2.0):
+                    if n_lev - 1 >= max_levels:
+                        converged = False
+                    else:
+                        Vl = np.append(Vl, Vl[-1] / 2**beta)
+                        n_lev += 1
+                        Ns = _optimal_samples(Vl, cost[:n_lev])
+                        Ns[-1] = max(Ns[-1], n_initial)
+                        dN[:n_lev] = np.maximum(0, Ns - N[:n_lev])
 
     Nl = N[:n_lev]
     mean = sum1[:n_lev] / Nl[:, None]
