@@ -10,6 +10,18 @@ and never has to form it, nor the ``P x P`` covariance.
 import numpy as np
 
 
+def row_sq_norms(X):
+    """``||x_i||^2`` of each row of ``X`` (dense, or sparse), shape (n,).
+
+    The one formula for these norms, whether a model caches them, computes them per
+    minibatch, or an operator falls back on them (as after unpickling): a chain continued
+    in another process must draw, to the last bit, what it would have drawn in this one.
+    """
+    if hasattr(X, "multiply"):
+        return np.asarray(X.multiply(X).sum(axis=1)).ravel()
+    return np.einsum("nd,nd->n", X, X)
+
+
 class PerExampleGradients:
     """Operator view of the ``n x P`` per-example gradient matrix ``G`` of a minibatch.
 
@@ -216,10 +228,8 @@ class LinearPerExampleGradients(PerExampleGradients):
         """
         R2 = np.einsum("nk,nk->n", self.R, self.R)
         x2 = self._row_sq_norms() if callable(self._row_sq_norms) else self._row_sq_norms
-        if x2 is None and hasattr(self.X, "multiply"):
-            x2 = np.asarray(self.X.multiply(self.X).sum(axis=1)).ravel()
-        elif x2 is None:
-            x2 = np.einsum("nd,nd->n", self.X, self.X)
+        if x2 is None:
+            x2 = row_sq_norms(self.X)
         total = float(x2 @ R2)
         if self.fit_intercept:
             total += float(R2.sum())

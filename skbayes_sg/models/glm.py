@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from scipy.special import expit, log_expit, logsumexp, softmax
 
 from ._base import Model
-from ._gradients import LinearPerExampleGradients
+from ._gradients import LinearPerExampleGradients, row_sq_norms
 
 # Elements of the (rows, K) arrays of one block of a full-data pass (log likelihood,
 # gradient, Hessian-vector products): the predictor, residuals and curvature weights of a
@@ -25,18 +25,6 @@ from ._gradients import LinearPerExampleGradients
 # large (a9a is one block) because each block makes a few BLAS calls, and a threaded BLAS
 # call costs milliseconds of synchronisation on a machine whose cores are busy.
 _BLOCK_ELEMENTS = 2**16
-
-
-def _row_sq_norms_of(X):
-    """``||x_i||^2`` of each row of ``X`` (dense, or sparse), shape (n,).
-
-    The formula of :meth:`LinearPerExampleGradients.total_sum_of_squares` when it is given
-    no norms (as after unpickling), to the last bit: a chain continued in another process
-    must draw what it would have drawn in this one.
-    """
-    if sp.issparse(X):
-        return np.asarray(X.multiply(X).sum(axis=1)).ravel()
-    return np.einsum("nd,nd->n", X, X)
 
 
 def _memory_mapped(X):
@@ -187,7 +175,7 @@ class _GLM(Model):
         cache = self._row_sq_cache
         if cache is None:
             if not self._cache_row_norms:
-                return _row_sq_norms_of(X)
+                return row_sq_norms(X)
             cache = self._row_sq_cache = self._all_row_sq_norms()
         return cache if idx is None else cache[idx]
 
@@ -195,7 +183,7 @@ class _GLM(Model):
         # By blocks: X.multiply(X) of a whole sparse X would copy all its entries.
         out = np.empty(self.n_samples)
         for rows in self._block_slices():
-            out[slice(None) if rows is None else rows] = _row_sq_norms_of(
+            out[slice(None) if rows is None else rows] = row_sq_norms(
                 self.X if rows is None else _row_block(self.X, rows))
         return out
 
