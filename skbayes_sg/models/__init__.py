@@ -11,6 +11,7 @@ from ._gradients import DensePerExampleGradients, LinearPerExampleGradients, Per
 from .drbm import DRBMModel, DRBMPerExampleGradients
 from .glm import LinearRegressionModel, LogisticModel, SoftmaxModel
 from .normal_gamma import NormalGammaModel
+from ._whitened import WhitenedModel
 
 __all__ = [
     "Model",
@@ -23,4 +24,5 @@ __all__ = [
     "NormalGammaModel",
     "DRBMModel",
     "DRBMPerExampleGradients",
+    "WhitenedModel",
 ]

@@ -45,6 +45,19 @@ class Model:
         """
         raise NotImplementedError
 
+    def per_example_gradient_differences(self, theta, theta_hat, idx):
+        """``g_i(theta) - g_i(theta_hat)`` for the rows ``idx``, as an operator.
+
+        What a control-variate gradient estimator (Baker et al. 2019) needs from a
+        minibatch. The default subtracts two operators product by product
+        (:class:`~._gradients.DifferencePerExampleGradients`); models whose two evaluations
+        share work (the GLMs share the rows' features) override it.
+        """
+        from ._gradients import DifferencePerExampleGradients
+
+        return DifferencePerExampleGradients(self.per_example_gradients(theta, idx),
+                                             self.per_example_gradients(theta_hat, idx))
+
     def log_likelihood_and_grad(self, theta, idx=None):
         """Sum of the log likelihood over rows ``idx`` (all rows if None) and its gradient."""
         raise NotImplementedError
@@ -101,6 +114,29 @@ class Model:
         gp = self.grad_log_posterior(theta + eps * v)
         gm = self.grad_log_posterior(theta - eps * v)
         return -(gp - gm) / (2 * eps)
+
+    def hessian(self, theta):
+        """Dense Hessian of the negative log posterior at ``theta``, shape (P, P).
+
+        The default stacks ``P`` Hessian-vector products (P full-data passes) and
+        symmetrises; models with a closed form override it. For preconditioning from the
+        curvature at the MAP, where P is at most a few hundred.
+        """
+        P = self.n_params
+        H = np.empty((P, P))
+        e = np.zeros(P)
+        for j in range(P):
+            e[j] = 1.0
+            H[:, j] = self.hessian_vector_product(theta, e)
+            e[j] = 0.0
+        return 0.5 * (H + H.T)
+
+    def hessian_diagonal(self, theta):
+        """Diagonal of the Hessian of the negative log posterior, shape (P,).
+
+        The default takes it from :meth:`hessian`; models with many parameters override it.
+        """
+        return np.diag(self.hessian(theta)).copy()
 
     def param_names(self, feature_names=None, class_names=None):
         """A readable name for each of the P coordinates of ``theta`` (``theta[j]`` by default)."""

@@ -84,6 +84,13 @@ class PerExampleGradients:
         """``tr(V)``, from the sum of squares."""
         return float(self.covariance_diag().sum())
 
+    def scale_rows(self, c):
+        """The operator of the rows ``c_i g_i`` (importance weights of a minibatch), shape (n,) ``c``.
+
+        Models whose operators support it override this; the default says it is not.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support importance-sampled minibatches.")
+
     def to_dense(self):
         """The ``n x P`` matrix ``G``; for tests and debugging only (memory O(n P))."""
         eye = np.eye(self.n_batch)
@@ -237,6 +244,27 @@ class LinearPerExampleGradients(PerExampleGradients):
             total += float(np.einsum("nk,nk->", self.extra, self.extra))
         return total
 
+    def scale_rows(self, c):
+        """``c_i g_i``: the residuals (and extra coordinates) scaled row by row, in place."""
+        c = np.asarray(c)[:, None]
+        self.R *= c
+        if self.extra is not None:
+            self.extra *= c
+        self._mean = None
+        return self
+
+    def to_dense(self):
+        """The ``n x P`` matrix ``[X * R_k ..., R, extra]`` built directly (tests, CCAdL's full
+        covariance and small models only: memory O(n P))."""
+        X = self.X.toarray() if hasattr(self.X, "toarray") else np.asarray(self.X, dtype=float)
+        n = X.shape[0]
+        parts = [(X[:, :, None] * self.R[:, None, :]).reshape(n, -1)]
+        if self.fit_intercept:
+            parts.append(self.R)
+        if self.extra is not None:
+            parts.append(self.extra)
+        return np.hstack(parts) if len(parts) > 1 else parts[0]
+
     def __getstate__(self):
         state = self.__dict__.copy()
         if callable(state["_row_sq_norms"]):
@@ -280,5 +308,122 @@ class DensePerExampleGradients(PerExampleGradients):
     def sum_of_squares(self):
         return np.einsum("np,np->p", self.G, self.G)
 
+    def scale_rows(self, c):
+        return DensePerExampleGradients(self.G * np.asarray(c)[:, None])
+
     def to_dense(self):
         return self.G
+
+
+class DifferencePerExampleGradients(PerExampleGradients):
+    """``G_a - G_b``: the per-example gradient differences of one minibatch at two points.
+
+    The control-variate estimator's noise is that of ``g_i(theta) - g_i(theta_hat)``; this
+    operator gives its products from the two operators' without forming either matrix.
+
+    Parameters
+    ----------
+    a, b : PerExampleGradients
+        Operators over the same rows, at ``theta`` and ``theta_hat``.
+    """
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+        self.n_batch, self.n_params = a.n_batch, a.n_params
+
+    def mean(self):
+        return self.a.mean() - self.b.mean()
+
+    def matvec(self, v):
+        return self.a.matvec(v) - self.b.matvec(v)
+
+    def rmatvec(self, u):
+        return self.a.rmatvec(u) - self.b.rmatvec(u)
+
+    def sum_of_squares(self):
+        # sum_i (a_i - b_i)^2 needs the cross terms: one pass over the explicit rows.
+        D = self.a.to_dense() - self.b.to_dense()
+        return np.einsum("np,np->p", D, D)
+
+    def scale_rows(self, c):
+        return DifferencePerExampleGradients(self.a.scale_rows(c), self.b.scale_rows(c))
+
+    def to_dense(self):
+        return self.a.to_dense() - self.b.to_dense()
+
+
+class TransformedPerExampleGradients(PerExampleGradients):
+    """Per-example gradients in the coordinates ``z`` of ``theta = m + L z``.
+
+    By the chain rule ``d/dz log p_i = L' g_i``: the matrix is ``G L``. Products cost one
+    product with ``L`` (O(P^2) dense, O(P) diagonal) besides the inner operator's.
+
+    Parameters
+    ----------
+    inner : PerExampleGradients
+        The gradients in ``theta``.
+    L : ndarray of shape (P, P) (lower triangular) or (P,) (a diagonal)
+    row_weights : callable, optional
+        Returns ``q_i = ||L' x_i||^2``-type weights such that the total sum of squares is
+        ``sum_i q_i r_i^2`` for a one-output GLM (see :meth:`total_sum_of_squares`);
+        without it that total costs an explicit ``n x P`` product.
+    """
+
+    def __init__(self, inner, L, row_weights=None):
+        self.inner, self.L = inner, L
+        self.n_batch, self.n_params = inner.n_batch, inner.n_params
+        self._row_weights = row_weights
+        self._mean = None
+
+    def _left(self, v):
+        """``L v``."""
+        return self.L * v if self.L.ndim == 1 else self.L @ v
+
+    def _right(self, w):
+        """``L' w``."""
+        return self.L * w if self.L.ndim == 1 else w @ self.L
+
+    def mean(self):
+        if self._mean is None:
+            self._mean = self._right(self.inner.mean())
+            self._mean.flags.writeable = False
+        return self._mean
+
+    def matvec(self, v):
+        return self.inner.matvec(self._left(v))
+
+    def rmatvec(self, u):
+        return self._right(self.inner.rmatvec(u))
+
+    def sum_of_squares(self):
+        if self.L.ndim == 1:
+            return self.inner.sum_of_squares() * (self.L * self.L)
+        GL = self.to_dense()
+        return np.einsum("np,np->p", GL, GL)
+
+    def total_sum_of_squares(self):
+        """``sum_i ||L' g_i||^2``: the trace of ``G L L' G'`` that mCCAdL's C step shifts by.
+
+        Diagonal ``L``: from the inner per-coordinate sums of squares, O(n P). Dense ``L``
+        and a one-output GLM with cached row weights ``q_i = x~_i' L L' x~_i``:
+        ``sum_i q_i r_i^2``, O(n). Otherwise the explicit ``G L``, O(n P^2).
+        """
+        if self.L.ndim == 1:
+            return float(self.inner.sum_of_squares() @ (self.L * self.L))
+        inner = self.inner
+        if self._row_weights is not None and getattr(inner, "_r", None) is not None and inner.extra is None:
+            r = inner._r
+            return float(self._row_weights() @ (r * r))
+        return float(self.sum_of_squares().sum())
+
+    def scale_rows(self, c):
+        return TransformedPerExampleGradients(self.inner.scale_rows(c), self.L, self._row_weights)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_row_weights"] = None  # a closure over the model: not for a chain state
+        return state
+
+    def to_dense(self):
+        G = self.inner.to_dense()
+        return G * self.L if self.L.ndim == 1 else G @ self.L

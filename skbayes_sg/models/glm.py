@@ -83,8 +83,9 @@ def class_codes(y):
 
 
 class _GLM(Model):
-    _data_attributes = ("X", "y", "_row_sq_cache")
+    _data_attributes = ("X", "y", "_row_sq_cache", "_row_weight_cache")
     _row_sq_cache = None
+    _row_weight_cache = None
     _cache_row_norms = True
     _n_extra = 0
     #: dtype of the targets the likelihood kernels compute with (``_rows`` converts to it).
@@ -179,6 +180,63 @@ class _GLM(Model):
             cache = self._row_sq_cache = self._all_row_sq_norms()
         return cache if idx is None else cache[idx]
 
+    def whitened_row_weights(self, L, idx):
+        """``q_i = ||L' x~_i||^2`` of the rows ``idx`` for a one-output GLM, or None.
+
+        ``x~_i`` is the row's gradient direction in ``theta`` (features, then 1 for the
+        intercept, 0 for extra coordinates), so a whitened per-example gradient
+        ``L' g_i = r_i L' x~_i`` has squared norm ``r_i^2 q_i``: the trace that mCCAdL's C
+        step needs in whitened coordinates then costs O(n), not O(n P^2). Cached for all
+        rows on first use (O(N D P) once, N floats) for in-memory X; computed per minibatch
+        for memory-mapped X, whose fits keep no per-row state.
+        """
+        if self.n_outputs != 1:
+            return None
+        cache = self._row_weight_cache
+        if cache is not None and cache[0] is L:
+            return cache[1] if idx is None else cache[1][idx]
+        if not self._cache_row_norms:
+            X, _ = self._rows(idx)
+            return self._row_weights_of(L, X)
+        q = np.empty(self.n_samples)
+        for rows in self._block_slices():
+            X = self.X if rows is None else _row_block(self.X, rows)
+            q[slice(None) if rows is None else rows] = self._row_weights_of(L, X)
+        self._row_weight_cache = (L, q)
+        return q if idx is None else q[idx]
+
+    def _row_weights_of(self, L, X):
+        D = self.n_features
+        if L.ndim == 1:
+            # Diagonal L: ||L' x~_i||^2 = sum_j L_j^2 x~_ij^2.
+            X2 = X.multiply(X) if sp.issparse(X) else X * X
+            q = np.asarray(X2 @ (L[:D] * L[:D])).ravel()
+            return q + L[D] ** 2 if self.fit_intercept else q
+        XL = np.asarray(X @ L[:D])
+        if self.fit_intercept:
+            XL += L[D]
+        return np.einsum("np,np->n", XL, XL)
+
+    def leverage_scores(self, theta, L):
+        """Statistical leverages ``h_i = w_i x~_i' L L' x~_i`` of the rows at ``theta``, shape (N,).
+
+        With ``L L' = H^-1`` at the MAP these are the diagonal of the hat matrix of the
+        Laplace approximation (they sum to about the number of parameters the data
+        determine), and ``w_i h_i``-proportional sampling is what makes the control-variate
+        gradient's noise even across directions (see
+        :class:`skbayes_sg.minibatch.ControlVariateGradient`). ``w_i`` sums the curvature
+        weights over the outputs.
+        """
+        h = np.empty(self.n_samples)
+        for rows in self._block_slices():
+            if rows is None:
+                X, y = self._rows(None)
+            else:
+                X, y = _row_block(self.X, rows), self.y[rows].astype(self._y_dtype, copy=False)
+            w = self._predictor_weights(theta, X, y).sum(axis=1)
+            h[slice(None) if rows is None else rows] = w * self._row_weights_of(L, X)
+        return h
+
     def _all_row_sq_norms(self):
         # By blocks: X.multiply(X) of a whole sparse X would copy all its entries.
         out = np.empty(self.n_samples)
@@ -234,10 +292,32 @@ class _GLM(Model):
         """Per-example log likelihood (n,) for the linear predictor Z (n, K)."""
         raise NotImplementedError
 
+    def _gradient_terms(self, theta, X, y):
+        """``(R, extra)`` of the per-example gradients of the rows ``X, y`` (see
+        :class:`LinearPerExampleGradients`): residuals (n, K) and extra coordinates or None."""
+        return self._residuals(self._linear_predictor(theta, X), y), None
+
     def per_example_gradients(self, theta, idx):
         X, y = self._rows(idx)
-        R = self._residuals(self._linear_predictor(theta, X), y)
-        return LinearPerExampleGradients(X, R, self.fit_intercept, row_sq_norms=lambda: self._row_sq_norms(idx, X))
+        R, extra = self._gradient_terms(theta, X, y)
+        return LinearPerExampleGradients(X, R, self.fit_intercept, extra,
+                                         row_sq_norms=lambda: self._row_sq_norms(idx, X))
+
+    def per_example_gradient_differences(self, theta, theta_hat, idx):
+        """``g_i(theta) - g_i(theta_hat)`` for the rows ``idx``, as one operator.
+
+        The differences of a GLM's per-example gradients share the rows' features: only the
+        residuals differ, so the operator is a :class:`LinearPerExampleGradients` with
+        ``R(theta) - R(theta_hat)``, one gather of the minibatch for both points.
+        """
+        X, y = self._rows(idx)
+        R, extra = self._gradient_terms(theta, X, y)
+        R_hat, extra_hat = self._gradient_terms(theta_hat, X, y)
+        R -= R_hat
+        if extra is not None:
+            extra -= extra_hat
+        return LinearPerExampleGradients(X, R, self.fit_intercept, extra,
+                                         row_sq_norms=lambda: self._row_sq_norms(idx, X))
 
     def _curvature(self, theta, Z, y, U, e_v):
         """Second derivatives of the log likelihood in the linear predictor, applied.
@@ -307,6 +387,75 @@ class _GLM(Model):
 
     def _extra_prior_hvp(self, theta, v):
         return np.zeros(self._n_extra)
+
+    def _predictor_weights(self, theta, X, y):
+        """``w_ik = -d^2 loglik_i / dz_ik^2``, shape (n, K): the curvature of each example in
+        its own linear predictor (``s (1 - s)`` for the logistic, ``tau`` for the Gaussian)."""
+        Z = self._linear_predictor(theta, X)
+        n, K = Z.shape
+        e_v = np.zeros(self._n_extra)
+        W = np.empty((n, K))
+        for k in range(K):
+            U = np.zeros((n, K))
+            U[:, k] = 1.0
+            W[:, k] = -self._curvature(theta, Z, y, U, e_v)[0][:, k]
+        return W
+
+    def _extra_hessian_columns(self, theta, H):
+        """Fill the rows and columns of the extra coordinates of ``H`` by Hessian-vector products."""
+        P = self.n_params
+        for j in range(P - self._n_extra, P):
+            e = np.zeros(P)
+            e[j] = 1.0
+            col = self.hessian_vector_product(theta, e)
+            H[:, j] = col
+            H[j, :] = col
+
+    def hessian(self, theta):
+        """Dense Hessian of the negative log posterior, ``X~' diag(w) X~ + alpha I`` for one
+        output (one pass over row blocks, O(N D^2)), the extra coordinates by products.
+        Several outputs fall back on Hessian-vector products."""
+        if self.n_outputs != 1:
+            return super().hessian(theta)
+        D, P = self.n_features, self.n_params
+        n_w = P - self._n_extra
+        H = np.zeros((P, P))
+        for X, y in self._data_blocks():
+            w = self._predictor_weights(theta, X, y)[:, 0]
+            if sp.issparse(X):
+                XtWX = np.asarray((X.T @ sp.diags(w) @ X).todense())
+                Xtw = np.asarray(X.T @ w).ravel()
+            else:
+                Xw = X * w[:, None]
+                XtWX = X.T @ Xw
+                Xtw = Xw.sum(axis=0)
+            H[:D, :D] += XtWX
+            if self.fit_intercept:
+                H[:D, D] += Xtw
+                H[D, :D] += Xtw
+                H[D, D] += w.sum()
+        H[np.arange(n_w), np.arange(n_w)] += self.alpha
+        if self._n_extra:
+            self._extra_hessian_columns(theta, H)
+        return H
+
+    def hessian_diagonal(self, theta):
+        """Diagonal of the Hessian, ``sum_i w_ik x_ij^2 + alpha``, O(N D K) over row blocks."""
+        D, K, P = self.n_features, self.n_outputs, self.n_params
+        n_w = P - self._n_extra
+        diag = np.zeros(P)
+        for X, y in self._data_blocks():
+            W = self._predictor_weights(theta, X, y)
+            X2 = X.multiply(X) if sp.issparse(X) else X * X
+            diag[: D * K] += np.asarray(X2.T @ W).ravel()
+            if self.fit_intercept:
+                diag[D * K: D * K + K] += W.sum(axis=0)
+        diag[:n_w] += self.alpha
+        for j in range(n_w, P):
+            e = np.zeros(P)
+            e[j] = 1.0
+            diag[j] = self.hessian_vector_product(theta, e)[j]
+        return diag
 
     def log_likelihood_and_grad(self, theta, idx=None):
         """Summed log likelihood of rows ``idx`` (all rows if None) and its gradient (P,).
@@ -494,15 +643,13 @@ class LinearRegressionModel(_GLM):
         r = y - self._linear_predictor(theta, X)[:, 0]
         return r, tau
 
-    def per_example_gradients(self, theta, idx):
-        X, y = self._rows(idx)
+    def _gradient_terms(self, theta, X, y):
         r, tau = self._terms(theta, X, y)
         extra = None
         if self.noise_precision is None:
             # d/ds [s/2 - e^s r^2 / 2]
             extra = (0.5 - 0.5 * tau * r * r)[:, None]
-        return LinearPerExampleGradients(X, (tau * r)[:, None], self.fit_intercept, extra,
-                                         row_sq_norms=lambda: self._row_sq_norms(idx, X))
+        return (tau * r)[:, None], extra
 
     def _loglik_and_grad_rows(self, theta, X, y):
         r, tau = self._terms(theta, X, y)
