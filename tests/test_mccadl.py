@@ -86,12 +86,15 @@ def test_wrong_c_step_is_detected():
     assert stats["xi"].mean() > 3.0
 
 
-def test_one_gradient_per_iteration():
+def test_one_force_per_iteration():
     _, _, model, m, _ = _linreg_problem()
     n_iter, n = 50, 20
-    _, _, results = _run(MCCAdL(step_size=0.01), model, m, n_iter, n, [0], 0.01)
-    # one evaluation at initialisation, then one per iteration
+    _, _, results = _run(MCCAdL(step_size=0.01, sigma_estimate="same"), model, m, n_iter, n, [0], 0.01)
+    # one evaluation at initialisation, then one per iteration (the paper's reuse)
     assert results[0].n_grad_evals == (n_iter + 1) * n
+    # ...and one more minibatch per iteration for an independent Sigma (the default)
+    _, _, results = _run(MCCAdL(step_size=0.01), model, m, n_iter, n, [0], 0.01)
+    assert results[0].n_grad_evals == (2 * n_iter + 1) * n
 
 
 def test_full_data_is_symmetric_adaptive_langevin():
@@ -156,7 +159,8 @@ def test_far_too_large_step_raises_divergence_error_not_a_numerical_one():
     cov = 0.5 ** np.abs(np.subtract.outer(np.arange(P), np.arange(P)))
     X = rng.multivariate_normal(np.zeros(P), cov, size=2000)
     y = X @ rng.normal(size=P) + rng.normal(scale=0.5, size=2000)
-    reg = SGBayesLinearRegression(sampler=MCCAdL(step_size=0.0178), batch_size=100, noise_precision=4.0,
+    reg = SGBayesLinearRegression(sampler=MCCAdL(step_size=0.0178, preconditioner="none"), batch_size=100,
+                                  noise_precision=4.0, gradient="minibatch",
                                   fit_intercept=False, n_iter=5000, n_chains=2, random_state=0)
     with pytest.raises(DivergenceError, match="MCCAdL diverged"):
         reg.fit(X, y)
