@@ -18,7 +18,7 @@ except ImportError:  # older joblib vendors it
 
 from .exceptions import DivergenceError
 from ._progress import progress_bar
-from .minibatch import MinibatchGradient
+from .minibatch import ControlVariateGradient, MinibatchGradient
 
 # How often (in iterations) a chain is checked for non-finite values between stored
 # draws: NaN and inf persist once they appear, so a sparse check finds them at a small
@@ -71,13 +71,23 @@ class ChainRunner:
     seed : numpy.random.SeedSequence
     step_size : float, optional
         ``h`` for a fresh chain.
+    control_variate : tuple (theta_hat, g_hat) or None
+        Centre of the control-variate gradient estimator and the full-data log-likelihood
+        gradient there (:class:`~.minibatch.ControlVariateGradient`); None for plain
+        minibatch gradients.
+
+    The chain runs in the model's coordinates; a model with a ``to_theta`` map (a
+    :class:`~.models.WhitenedModel`) has its draws stored in ``theta``.
     """
 
     def __init__(self, sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                 seed, step_size=None):
+                 seed, step_size=None, control_variate=None):
         self.sampler = sampler
         self.rng = np.random.default_rng(seed)
-        self.target = MinibatchGradient(model, batch_size, batch_scheme)
+        if control_variate is None:
+            self.target = MinibatchGradient(model, batch_size, batch_scheme)
+        else:
+            self.target = ControlVariateGradient(model, batch_size, batch_scheme, *control_variate)
         if hasattr(start, "theta"):
             self.state = start
         else:
@@ -109,6 +119,7 @@ class ChainRunner:
         stop = self.n_iter if n_steps is None else min(self.n_iter, self.t + n_steps)
         first_kept = self.n_burn + self.eff_thin - 1
         n_draws = self.draws.shape[0]
+        to_theta = getattr(target.model, "to_theta", None)
         # A diverging chain overflows before it is caught; the DivergenceError says so, so
         # numpy's overflow warnings would only be noise.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -120,7 +131,7 @@ class ChainRunner:
                 if keep or t % _CHECK_EVERY == 0:
                     _check_finite(state, sampler, t)
                 if keep:
-                    self.draws[self.k] = state.theta
+                    self.draws[self.k] = state.theta if to_theta is None else to_theta(state.theta)
                     self.stats[self.k] = sampler.sample_stats(state)
                     self.k += 1
         _check_finite(state, sampler, stop - 1)
@@ -145,13 +156,13 @@ def _unpickle_runner(state):
 
 
 def run_chain(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-              seed, step_size=None):
+              seed, step_size=None, control_variate=None):
     """Run one chain to the end and return its draws after burn-in (:class:`ChainResult`).
 
     See :class:`ChainRunner` for the parameters.
     """
     runner = ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size,
-                         batch_scheme, seed, step_size)
+                         batch_scheme, seed, step_size, control_variate)
     return runner.advance().result()
 
 
@@ -179,7 +190,7 @@ def _advance(runner, model, n_steps):
 
 
 def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-               seeds, step_size=None, n_jobs=None, verbose=0):
+               seeds, step_size=None, n_jobs=None, verbose=0, control_variate=None):
     """Run one chain per start in parallel with joblib; results in chain order.
 
     With ``verbose > 0`` the chains advance in chunks of about a twentieth of ``n_iter``
@@ -187,7 +198,7 @@ def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_si
     randomness travels with them, so the draws are the same as in one call).
     """
     runners = [ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                           seed, step_size) for start, seed in zip(starts, seeds)]
+                           seed, step_size, control_variate) for start, seed in zip(starts, seeds)]
     for r in runners:
         r.target.model = None
     if not verbose:

@@ -10,6 +10,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
 from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
@@ -20,7 +21,10 @@ from sklearn.utils.validation import check_is_fitted
 from . import diagnostics
 from ._chains import draw_schedule, run_chains
 from .exceptions import GradientNoiseWarning
+from ._geometry import Geometry, build_geometry, noise_probe
 from .minibatch import BATCH_SCHEMES
+from .models import Model
+from .preconditioning import MAX_DENSE_PARAMS
 from .samplers import get_sampler
 
 #: Rows per minibatch with ``batch_size="auto"`` (as MLPClassifier's ``min(200, N)``).
@@ -36,12 +40,24 @@ ESS_MIN_PER_CHAIN = 100
 #: target by more than this fraction plus four Monte Carlo standard errors.
 KINETIC_TOLERANCE = 0.1
 
+#: What a continued fit (``warm_start``) carries over from the first fit's diagnostics.
+_FIT_INFO = ("lambda_max", "noise_eigenvalue", "predicted_noise_error", "gradient", "preconditioner")
+
+#: Estimator values of ``gradient``.
+GRADIENTS = ("auto", "minibatch", "control_variate")
+
 # Upper bound on the floats one predictive chunk allocates (draws x rows x outputs).
 _PREDICT_CHUNK = 2**22
 
 
 class BaseSGBayes(BaseEstimator):
     """Common parameters, fit loop and diagnostics of the skbayes_sg estimators."""
+
+    #: What ``gradient="auto"`` and a sampler's ``preconditioner="auto"`` mean for this
+    #: estimator's model: on for the log-concave GLMs, off where the posterior is
+    #: multimodal by construction (the DRBM), so that the MAP is not a meaningful centre.
+    _auto_control_variate = True
+    _auto_preconditioner = True
 
     _parameter_constraints = {
         "sampler": [str, HasMethods(["init_state", "step"])],
@@ -50,6 +66,7 @@ class BaseSGBayes(BaseEstimator):
         "thin": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
         "batch_scheme": [StrOptions(set(BATCH_SCHEMES))],
+        "gradient": [StrOptions(set(GRADIENTS))],
         "n_chains": [Interval(Integral, 1, None, closed="left")],
         "n_jobs": [Integral, None],
         "random_state": ["random_state"],
@@ -102,12 +119,20 @@ class BaseSGBayes(BaseEstimator):
             return n_samples
         return int(self.batch_size)
 
+    def _map(self, model):
+        """The MAP of ``model``, computed once per fit (the start, the preconditioner and the
+        control variate all use it)."""
+        cached = getattr(self, "_fit_map", None)
+        if cached is None or cached[0] is not model:
+            self._fit_map = (model, _map_estimate(model))
+        return self._fit_map[1]
+
     def _initial_points(self, model):
         P = model.n_params
         if isinstance(self.init, str) and self.init == "zeros":
             return np.tile(model.initial_point(), (self.n_chains, 1))
         if isinstance(self.init, str) and self.init == "map":
-            return np.tile(_map_estimate(model), (self.n_chains, 1))
+            return np.tile(self._map(model), (self.n_chains, 1))
         init = np.asarray(self.init, dtype=float)
         if init.shape == (P,):
             init = np.tile(init, (self.n_chains, 1))
@@ -144,27 +169,53 @@ class BaseSGBayes(BaseEstimator):
             return self._fit_multilevel(sampler, model, "auto" if self.batch_size == "auto" else batch_size)
         can_resume = hasattr(self, "_chain_states") and self._can_resume(sampler, model)
         resume = (self.warm_start or streaming) and can_resume
+        self._fit_map = None
         if resume:
+            # The chains continue in the coordinates they ran in (any fixed preconditioner
+            # and control-variate centre stay valid as the data grow; g_hat is recomputed).
+            geometry = self._geometry
+            if streaming:
+                geometry = geometry.for_data(model)
+            chain_model = geometry.chain_model(model)
             n_burn, starts, step_size, info = 0, self._chain_states, None, {}
             fit_round = self._fit_round + 1
             if streaming and isinstance(getattr(sampler, "step_size", None), str):
                 # The posterior sharpens as N grows: the step that was stable on the first
                 # chunks can diverge now, so the auto rule runs again at the chains' states.
-                step_size, info = sampler.resolve_step_size(model, starts[0].theta)
+                sigma_max = self._noise_eigenvalue(chain_model, geometry, batch_size)
+                step_size, info = sampler.resolve_step_size(chain_model, starts[0].theta, sigma_max)
                 for state in starts:
                     state.step_size = step_size
         else:
+            geometry = build_geometry(model, sampler, batch_size, self.gradient, self._map,
+                                      self._auto_preconditioner, self._auto_control_variate, self.batch_scheme,
+                                      start_at_map=isinstance(self.init, str) and self.init == "map")
+            chain_model = geometry.chain_model(model)
             n_burn = self._n_burn()
-            starts = self._initial_points(model)
-            step_size, info = sampler.resolve_step_size(model, starts[0])
+            starts = Geometry.to_chain(chain_model, self._initial_points(model))
+            if geometry.L is not None and isinstance(self.init, str) and self.init == "map":
+                # Chains start at draws of the Laplace approximation, N(0, I) in whitened
+                # coordinates: already near stationarity, and dispersed so that R-hat can
+                # tell chains that do not mix from chains that agree by construction.
+                starts = starts + self._start_rng().standard_normal(starts.shape)
+            sigma_max = self._noise_eigenvalue(chain_model, geometry, batch_size)
+            # Whitened at the MAP with the exact Hessian, the curvature there is 1.
+            lam = 1.0 if geometry.preconditioner == "dense" else None
+            curvature_at = (np.zeros(model.n_params) if geometry.L is not None
+                            else geometry.theta_map if geometry.theta_map is not None else starts[0])
+            step_size, info = sampler.resolve_step_size(chain_model, curvature_at, sigma_max, lambda_max=lam)
             fit_round = 0
+        self._fit_map = None
+        control_variate = geometry.control_variate(chain_model)
+        info = {**info, "gradient": geometry.gradient, "preconditioner": geometry.preconditioner}
 
         eff_thin, _ = draw_schedule(self.n_iter, n_burn, self.thin, self.max_draws)
         results = run_chains(
-            sampler, model, list(starts), self.n_iter, n_burn, self.thin, self.max_draws, batch_size,
+            sampler, chain_model, list(starts), self.n_iter, n_burn, self.thin, self.max_draws, batch_size,
             self.batch_scheme, self._seeds(fit_round), step_size=step_size, n_jobs=self.n_jobs,
-            verbose=self.verbose,
+            verbose=self.verbose, control_variate=control_variate,
         )
+        self._geometry = geometry
         draws = np.stack([r.draws for r in results])
         stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
         if resume and streaming:
@@ -179,7 +230,7 @@ class BaseSGBayes(BaseEstimator):
                 draws = draws[:, keep]
                 stats = {k: v[:, keep] for k, v in stats.items()}
             n_grad = self.diagnostics_["n_grad_evals"] + sum(r.n_grad_evals for r in results)
-            info = {k: self.diagnostics_[k] for k in ("lambda_max",) if k in self.diagnostics_}
+            info = {**{k: self.diagnostics_[k] for k in _FIT_INFO if k in self.diagnostics_}, **info}
             self.n_iter_ += self.n_iter
         else:
             n_grad = sum(r.n_grad_evals for r in results)
@@ -198,6 +249,18 @@ class BaseSGBayes(BaseEstimator):
         self._warn_kinetic_temperature(sampler)
         self._warn_convergence()
         return self
+
+    def _start_rng(self):
+        """Generator of the chains' starting jitter, apart from the chains' own streams."""
+        rs = self.random_state
+        entropy = rs if isinstance(rs, Integral) else check_random_state(rs).randint(2**31 - 1)
+        return np.random.default_rng([int(entropy), 2**31 + 1])
+
+    def _noise_eigenvalue(self, chain_model, geometry, batch_size):
+        """``sigma_max`` of the chains' gradient noise (None for full data)."""
+        if batch_size is None or batch_size >= chain_model.n_samples:
+            return None
+        return noise_probe(chain_model, geometry, batch_size, self.batch_scheme)
 
     def _accumulate(self, X, y):
         """Append a chunk to the data seen by ``partial_fit``; return all of it."""
@@ -411,16 +474,27 @@ class BaseSGBayes(BaseEstimator):
 
 
 def _map_estimate(model, gtol=1e-2):
-    """Maximum a posteriori point by full-data L-BFGS (scipy), from the model's default start.
+    """Maximum a posteriori point, from the model's default start.
+
+    Models with a closed-form Hessian and at most
+    :data:`~skbayes_sg.preconditioning.MAX_DENSE_PARAMS` parameters (the GLMs of moderate
+    width) use Newton's method (:func:`_newton_map`): a handful of iterations, each one
+    Hessian, where L-BFGS needs hundreds of gradients (311 on a9a). Others use full-data
+    L-BFGS (scipy).
 
     A chain's start needs the mode only to a small fraction of a posterior standard
     deviation: a residual gradient ``g`` along a direction of curvature ``lambda``
     misplaces it by ``g / lambda``, that is ``g / sqrt(lambda)`` standard deviations, and
-    ``lambda >= alpha`` (the prior's precision). So the gradient tolerance is absolute and
-    loose (scipy's default 1e-5 on a gradient of size O(N) costs several times more
-    iterations for no visible gain); the objective's relative tolerance is left tight so
-    that it is the gradient that decides.
+    ``lambda >= alpha`` (the prior's precision). So L-BFGS's gradient tolerance is
+    absolute and loose (scipy's default 1e-5 on a gradient of size O(N) costs several
+    times more iterations for no visible gain); the objective's relative tolerance is left
+    tight so that it is the gradient that decides. The control variate and the
+    preconditioner are exact for any centre; they are only most effective at the mode.
     """
+    if model.n_params <= MAX_DENSE_PARAMS and type(model).hessian is not Model.hessian:
+        theta = _newton_map(model)
+        if theta is not None:
+            return theta
 
     def objective(theta):
         lp, grad = model.log_posterior_and_grad(theta)
@@ -434,6 +508,39 @@ def _map_estimate(model, gtol=1e-2):
         raise ValueError("init='map': the optimiser did not find a finite maximum a posteriori point; "
                          "use init='zeros' or standardise the features.")
     return res.x
+
+
+def _newton_map(model, tol=1e-3, max_iter=50):
+    """Damped Newton ascent of the log posterior; None if the Hessian is not positive definite.
+
+    Stops when the Newton decrement ``sqrt(g' H^-1 g)``, the step's length in posterior
+    standard deviations, is below ``tol``. Each step backtracks (halving) until the log
+    posterior increases, so a far start (large N, unscaled features) cannot overshoot.
+    """
+    theta = model.initial_point()
+    lp, g = model.log_posterior_and_grad(theta)
+    for _ in range(max_iter):
+        try:
+            C = cho_factor(model.hessian(theta))
+        except (LinAlgError, ValueError):
+            return None
+        step = cho_solve(C, g)
+        decrement = float(np.sqrt(max(g @ step, 0.0)))
+        if not np.isfinite(decrement):
+            return None
+        if decrement < tol:
+            return theta
+        t = 1.0
+        for _ in range(60):
+            cand = theta + t * step
+            lp_new, g_new = model.log_posterior_and_grad(cand)
+            if np.isfinite(lp_new) and lp_new >= lp:
+                break
+            t *= 0.5
+        else:
+            return theta
+        theta, lp, g = cand, lp_new, g_new
+    return theta
 
 
 def epoch_permutation(random_state, n):

@@ -110,6 +110,12 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     (2, 10)
     """
 
+    # The likelihood is invariant under permutations of the hidden units: the MAP is one of
+    # many equivalent modes, so neither a control variate nor a preconditioner centred there
+    # is used unless asked for (gradient="control_variate", preconditioner="diag").
+    _auto_control_variate = False
+    _auto_preconditioner = False
+
     _parameter_constraints = {
         **BaseSGBayesClassifier._parameter_constraints,
         "n_hidden": [Interval(Integral, 1, None, closed="left")],
@@ -118,7 +124,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     }
 
     def __init__(self, *, n_hidden=100, init_scale=0.1, sampler="mccadl", n_iter=5000, burn_in=0.2, thin=1,
-                 batch_size="auto", batch_scheme="replacement", n_chains=4, n_jobs=None, random_state=None,
+                 batch_size="auto", batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None,
                  init="random", alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0):
         self.n_hidden = n_hidden
         self.init_scale = init_scale
@@ -128,6 +134,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         self.thin = thin
         self.batch_size = batch_size
         self.batch_scheme = batch_scheme
+        self.gradient = gradient
         self.n_chains = n_chains
         self.n_jobs = n_jobs
         self.random_state = random_state

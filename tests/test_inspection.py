@@ -2,13 +2,15 @@
 
 import numpy as np
 import pytest
+
+from skbayes_sg.samplers import MCCAdL
 from sklearn.datasets import load_breast_cancer
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg.diagnostics import posterior_summary
-from skbayes_sg.samplers import SGLD
+from skbayes_sg.samplers import SGLD, MCCAdL
 
 
 @pytest.fixture(scope="module")
@@ -40,22 +42,31 @@ def test_well_mixed_chains_do_not_warn():
 
 
 def test_hot_sghmc_chains_warn_about_gradient_noise():
-    """With friction 1 and the auto step, h Sigma / (2 A) ~ 2.5 here: kinetic temperature ~ 3."""
+    """The auto step keeps h Sigma / (2 A) small; at the curvature-only step of before,
+    h Sigma / (2 A) ~ 2.5 here and the chains run at kinetic temperature ~ 3: a warning."""
+    import warnings
+
     from skbayes_sg import GradientNoiseWarning
+    from skbayes_sg.samplers import SGHMC
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 2))
     y = X @ [1.0, -1.0] + rng.normal(size=300)
-    from skbayes_sg.samplers import SGHMC
-
-    est = SGBayesLinearRegression(sampler=SGHMC(), noise_precision=1.0, n_iter=3000, n_chains=2, random_state=0)
+    kw = dict(noise_precision=1.0, n_iter=3000, n_chains=2, random_state=0, gradient="minibatch")
+    est = SGBayesLinearRegression(sampler=SGHMC(preconditioner="none"), **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GradientNoiseWarning)
+        est.fit(X, y)
+    d = est.diagnostics_
+    assert d["predicted_noise_error"] == pytest.approx(0.05)
+    h_curvature = 0.2 / np.sqrt(d["lambda_max"])
+    assert d["step_size"] < 0.2 * h_curvature
+    est.set_params(sampler__step_size=h_curvature)
     with pytest.warns(GradientNoiseWarning, match=r"ran hotter .*kinetic temperature [2-4]\.\d+ against T = 1"):
         est.fit(X, y)
     # A step small enough that friction 10 both dissipates the noise (h Sigma / (2 A) ~ 0.02)
     # and keeps the Euler friction step's own bias 1 / (1 - h A / 2) small: no warning, and
     # the kinetic temperature is back at T.
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("error", GradientNoiseWarning)
         est.set_params(sampler__friction=10.0, sampler__step_size=1e-3, n_iter=8000).fit(X, y)
@@ -129,4 +140,6 @@ def test_unequilibrated_chains_warn_colder_and_say_why(cancer):
 
     X, y = cancer
     with pytest.warns(GradientNoiseWarning, match=r"ran colder .*not reached equilibrium.*increase n_iter"):
-        SGBayesLogisticRegression(n_iter=50, n_chains=1, random_state=0).fit(X, y)
+        # Started at the mode itself (no preconditioner, so no Laplace-draw starts).
+        SGBayesLogisticRegression(sampler=MCCAdL(preconditioner="none"), gradient="minibatch", n_iter=50,
+                                  n_chains=1, random_state=0).fit(X, y)

@@ -39,7 +39,7 @@ def test_partial_fit_step_size_follows_n_and_chains_continue():
     clf = SGBayesLogisticRegression(n_iter=200, n_chains=2, random_state=0)
     clf.partial_fit(X[:100], y[:100], classes=[0, 1])
     h_small = clf.diagnostics_["step_size"]
-    last = [s.theta.copy() for s in clf._chain_states]
+    last = clf.samples_[:, -1].copy()  # the chains' last states (thin=1, no max_draws cut)
     clf.partial_fit(X[100:], y[100:])
     assert clf.diagnostics_["step_size"] < 0.6 * h_small  # ~ sqrt(100 / 800) of it
     assert clf.samples_.shape == (2, 200, 3) and clf.n_iter_ == 400

@@ -5,8 +5,13 @@ import numbers
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from ..preconditioning import PRECONDITIONERS
 from ._state import SamplerState
 from ._step_size import largest_curvature
+
+
+#: Largest ``h A`` the auto step gives the schemes with an Euler friction step.
+EULER_FRICTION_LIMIT = 0.25
 
 
 class BaseSampler(BaseEstimator):
@@ -23,12 +28,17 @@ class BaseSampler(BaseEstimator):
     - ``_step_size_order``: 1 if the stable ``h`` scales as ``1 / lambda_max`` (SGLD),
       2 if as ``1 / sqrt(lambda_max)`` (momentum methods);
     - ``_auto_step_constant``: the ``c`` of ``step_size="auto"``;
+    - ``_noise_tolerance``: the gradient-noise error the auto step allows;
     - ``_stat_names``: per-draw statistics recorded by :meth:`sample_stats`;
     - ``requires_full_data``: True for Metropolis-adjusted samplers.
     """
 
     _step_size_order = 2
     _auto_step_constant = 0.1
+    #: Largest :meth:`predicted_noise_error` the auto step allows (see :mod:`._step_size`).
+    _noise_tolerance = 0.05
+    #: True for the schemes whose friction is an Euler step (SGHMC, SGNHT, CCAdL).
+    _euler_friction = False
     _stat_names = ()
     requires_full_data = False
 
@@ -55,23 +65,68 @@ class BaseSampler(BaseEstimator):
             self._check_positive("friction")
         if hasattr(self, "thermal_mass"):
             self._check_positive("thermal_mass", allow_none=True)
+        if hasattr(self, "preconditioner") and self.preconditioner not in PRECONDITIONERS:
+            raise ValueError(f"{type(self).__name__}: preconditioner must be one of {PRECONDITIONERS}; "
+                             f"got {self.preconditioner!r}.")
 
     # -- step size --------------------------------------------------------------------
-    def resolve_step_size(self, model, theta0):
+    def predicted_noise_error(self, h, sigma_max):
+        """Predicted relative excess of the stationary variance from gradient noise.
+
+        ``delta = h sigma_max / (2 A T)`` for the momentum samplers, ``h sigma_max / (2 T)``
+        for SGLD (see :mod:`._step_size`), before any noise control: CCAdL and mCCAdL
+        remove most of it.
+        """
+        A = getattr(self, "friction", 1.0)
+        T = getattr(self, "temperature", 1.0)
+        return float(h * sigma_max / (2.0 * A * T))
+
+    def resolve_step_size(self, model, theta0, sigma_max=None, lambda_max=None):
         """The step size ``h`` to use from ``theta0``: the explicit float, or the auto rule.
+
+        The auto rule takes the smaller of the curvature step (``c / lambda_max`` or
+        ``c / sqrt(lambda_max)``) and the noise step at which
+        :meth:`predicted_noise_error` equals ``_noise_tolerance``.
+
+        Parameters
+        ----------
+        model : Model
+        theta0 : ndarray of shape (P,)
+        sigma_max : float, optional
+            Largest eigenvalue of the force's noise covariance (None: full data, no noise).
+        lambda_max : float, optional
+            The curvature when already known (1 in coordinates whitened at the MAP);
+            measured by Lanczos otherwise.
 
         Returns
         -------
         step_size : float
         info : dict
-            ``{"lambda_max": ...}`` when the auto rule ran, else empty.
+            ``lambda_max``, ``noise_eigenvalue`` and ``predicted_noise_error`` (of the
+            chosen ``h``) where they were computed.
         """
+        info = {}
+        if sigma_max is not None:
+            info["noise_eigenvalue"] = float(sigma_max)
         if not (isinstance(self.step_size, str) and self.step_size == "auto"):
-            return float(self.step_size), {}
-        lam = largest_curvature(model, np.asarray(theta0, dtype=float))
-        c = self._auto_step_constant
-        h = c / lam if self._step_size_order == 1 else c / np.sqrt(lam)
-        return float(h), {"lambda_max": lam}
+            h = float(self.step_size)
+        else:
+            lam = lambda_max if lambda_max is not None else largest_curvature(model, np.asarray(theta0, dtype=float))
+            c = self._auto_step_constant
+            h = c / lam if self._step_size_order == 1 else c / np.sqrt(lam)
+            info["lambda_max"] = float(lam)
+            if sigma_max:
+                h_noise = self._noise_tolerance / self.predicted_noise_error(1.0, sigma_max)
+                h = min(h, h_noise)
+            if self._euler_friction and hasattr(self, "friction"):
+                # An Euler friction step multiplies p by 1 - h A (h xi for a thermostat,
+                # which fluctuates above A): it must stay well inside (0, 1), which a
+                # curvature-only rule no longer guarantees once whitening makes h of order 1.
+                h = min(h, EULER_FRICTION_LIMIT / self.friction)
+            h = float(h)
+        if sigma_max is not None:
+            info["predicted_noise_error"] = self.predicted_noise_error(h, sigma_max)
+        return h, info
 
     # -- transition ---------------------------------------------------------------------
     def init_state(self, theta0, target, rng, step_size):

@@ -7,6 +7,24 @@ sharpens: for a Gaussian with largest precision ``lambda_max``, Euler-Maruyama L
 that works at one N diverges at another. ``"auto"`` measures ``lambda_max`` at the
 initial point and sets ``h = c / lambda_max`` (first order) or ``h = c / sqrt(lambda_max)``
 (second order), with ``c`` a per-sampler constant documented on each sampler.
+
+Curvature is half the story. A minibatch force ``F~ = F + eps`` with noise covariance
+``Sigma`` heats the chain: one step adds ``h^2 Sigma`` to the momentum's covariance (``h^2
+Sigma`` to the position's for SGLD) against the ``2 h A T`` (``2 h T``) the sampler injects
+on purpose, so the stationary variance along the noisiest direction is too large by the
+fraction
+
+``delta = h sigma_max / (2 A T)`` (momentum samplers), ``delta = h sigma_max / (2 T)`` (SGLD),
+
+with ``sigma_max`` the largest eigenvalue of ``Sigma`` (for a Gaussian target and constant
+noise this is exact to first order in ``h``; SGHMC paper section 3.2, CCAdL paper
+Proposition 1). ``Sigma`` grows like ``N^2 / n`` for plain minibatches, so a step set by
+curvature alone is accurate at one N and several posterior sds too wide at another.
+``"auto"`` therefore also caps ``h`` so that ``delta`` stays at each sampler's
+``_noise_tolerance`` (:func:`largest_noise_eigenvalue` measures ``sigma_max`` at the start,
+for the control-variate estimator at a draw of the Laplace approximation, where its noise
+is typical rather than zero). The noise-controlling samplers (CCAdL, mCCAdL) cancel most of
+``Sigma`` with their C step and take a larger tolerance.
 """
 
 import numpy as np
@@ -62,3 +80,28 @@ def largest_curvature(model, theta, tol=1e-3, maxiter=None):
         raise ValueError("step_size='auto': the curvature of the log posterior at the initial point is not "
                          "finite; give an explicit step_size or a different init.")
     return max(abs(float(lam)), 1e-12)
+
+
+def largest_noise_eigenvalue(grads, noise_scale, n_iter=50):
+    """Largest eigenvalue ``sigma_max`` of ``Sigma = noise_scale * V``, ``V`` the covariance of ``grads``.
+
+    ``grads`` are per-example gradients (or control-variate differences, importance
+    weighted where the chains' are) of a probe sample of rows, whose covariance is an
+    unbiased estimate of the population's; ``noise_scale`` is the chains' (``N^2 / n`` for
+    their batch size ``n``). Power iteration on the matrix-free products (``O(m P)``
+    each), started from a fixed vector so that fits are reproducible.
+
+    Returns
+    -------
+    sigma_max : float
+    """
+    from ._expmv import NoiseCovariance
+
+    cov = NoiseCovariance(grads, noise_scale)
+    v = np.random.default_rng(1).standard_normal(grads.n_params)
+    v /= np.linalg.norm(v)
+    lam, _ = cov.largest_eigenvalue(v, n_iter=n_iter, rtol=1e-3)
+    if not np.isfinite(lam):
+        raise ValueError("step_size='auto': the minibatch gradients at the initial point are not finite; "
+                         "standardise the features or give an explicit step_size.")
+    return float(lam)

@@ -2,7 +2,6 @@
 
 import numpy as np
 
-from ..models._gradients import DensePerExampleGradients, LinearPerExampleGradients
 from ._base import ThermostatSampler
 from ._substeps import drift, kick, ou_euler, thermostat
 
@@ -52,16 +51,31 @@ class CCAdL(ThermostatSampler):
         ``"diag"``, as the paper chose by size (full for P = 100, diagonal for the DRBMs).
     temperature : float, default=1.0
         ``T = 1 / beta``.
+    preconditioner : {"auto", "dense", "diag", "none"}, default="auto"
+        Coordinates the scheme runs in. ``"dense"``: ``theta = theta_hat + L z`` with
+        ``L L'`` the inverse Hessian of the negative log posterior at the MAP
+        ``theta_hat``; ``"diag"``: its diagonal; ``"none"``: ``theta`` itself. The scheme
+        above is applied unchanged to ``z`` (equivalently, in ``theta`` with the constant
+        mass matrix ``H``), where a near-Gaussian posterior is near ``N(0, I)``, so one
+        step size fits every direction however the features are scaled.
+        ``"auto"``: dense up to 250 parameters, diagonal beyond (see
+        :mod:`skbayes_sg.preconditioning`) with ``step_size="auto"``; ``"none"`` with an
+        explicit ``step_size``, which is in the units of ``theta``. Used by the
+        estimators, which find the MAP.
 
     See Also
     --------
     MCCAdL : the symmetric splitting with the exact C step, stable at larger ``h``.
     """
 
+    _euler_friction = True
     _auto_step_constant = 0.1
+    # The covariance correction cancels most of the noise (see MCCAdL).
+    _noise_tolerance = 0.15
 
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, covariance="auto",
-                 temperature=1.0):
+                 temperature=1.0, preconditioner="auto"):
+        self.preconditioner = preconditioner
         self.step_size = step_size
         self.friction = friction
         self.thermal_mass = thermal_mass
@@ -135,23 +149,7 @@ def _empirical_covariance(grads):
     n = grads.n_batch
     if n < 2:
         return np.zeros((grads.n_params, grads.n_params))
-    G = _dense_gradients(grads)
+    G = grads.to_dense()
     Gc = G - G.mean(axis=0)
     return Gc.T @ Gc / (n - 1)
 
-
-def _dense_gradients(grads):
-    """The ``n x P`` per-example gradient matrix, built directly where its structure is known."""
-    if isinstance(grads, DensePerExampleGradients):
-        return grads.G
-    if isinstance(grads, LinearPerExampleGradients):
-        X = grads.X.toarray() if hasattr(grads.X, "toarray") else np.asarray(grads.X, dtype=float)
-        R = grads.R
-        n = X.shape[0]
-        parts = [(X[:, :, None] * R[:, None, :]).reshape(n, -1)]
-        if grads.fit_intercept:
-            parts.append(R)
-        if grads.extra is not None:
-            parts.append(grads.extra)
-        return np.hstack(parts) if len(parts) > 1 else parts[0]
-    return grads.to_dense()

@@ -41,12 +41,26 @@ class SGHMC(MomentumSampler):
         estimator warns, since clipping means the friction is too small for the noise.
     temperature : float, default=1.0
         ``T = 1 / beta``.
+    preconditioner : {"auto", "dense", "diag", "none"}, default="auto"
+        Coordinates the scheme runs in. ``"dense"``: ``theta = theta_hat + L z`` with
+        ``L L'`` the inverse Hessian of the negative log posterior at the MAP
+        ``theta_hat``; ``"diag"``: its diagonal; ``"none"``: ``theta`` itself. The scheme
+        above is applied unchanged to ``z`` (equivalently, in ``theta`` with the constant
+        mass matrix ``H``), where a near-Gaussian posterior is near ``N(0, I)``, so one
+        step size fits every direction however the features are scaled.
+        ``"auto"``: dense up to 250 parameters, diagonal beyond (see
+        :mod:`skbayes_sg.preconditioning`) with ``step_size="auto"``; ``"none"`` with an
+        explicit ``step_size``, which is in the units of ``theta``. Used by the
+        estimators, which find the MAP.
+
     """
 
+    _euler_friction = True
     _auto_step_constant = 0.2
     _stat_names = ("kinetic_temperature",)
 
-    def __init__(self, step_size="auto", friction=1.0, noise_estimate=None, temperature=1.0):
+    def __init__(self, step_size="auto", friction=1.0, noise_estimate=None, temperature=1.0, preconditioner="auto"):
+        self.preconditioner = preconditioner
         self.step_size = step_size
         self.friction = friction
         self.noise_estimate = noise_estimate

@@ -29,6 +29,17 @@ class SGLD(BaseSampler):
         for a batch of ``n`` of ``N`` rows: lower ``step_size`` when that matters.
     temperature : float, default=1.0
         ``T = 1 / beta``; 1 samples the posterior.
+    preconditioner : {"auto", "dense", "diag", "none"}, default="auto"
+        Coordinates the scheme runs in. ``"dense"``: ``theta = theta_hat + L z`` with
+        ``L L'`` the inverse Hessian of the negative log posterior at the MAP
+        ``theta_hat``; ``"diag"``: its diagonal; ``"none"``: ``theta`` itself. The scheme
+        above is applied unchanged to ``z`` (equivalently, in ``theta`` with the constant
+        mass matrix ``H``), where a near-Gaussian posterior is near ``N(0, I)``, so one
+        step size fits every direction however the features are scaled.
+        ``"auto"``: dense up to 250 parameters, diagonal beyond (see
+        :mod:`skbayes_sg.preconditioning`) with ``step_size="auto"``; ``"none"`` with an
+        explicit ``step_size``, which is in the units of ``theta``. Used by the
+        estimators, which find the MAP.
 
     Examples
     --------
@@ -41,7 +52,8 @@ class SGLD(BaseSampler):
     _auto_step_constant = 0.1
     _stat_names = ()
 
-    def __init__(self, step_size="auto", temperature=1.0):
+    def __init__(self, step_size="auto", temperature=1.0, preconditioner="auto"):
+        self.preconditioner = preconditioner
         self.step_size = step_size
         self.temperature = temperature
 

@@ -1,0 +1,172 @@
+"""Where a fit's chains run: the MAP, the preconditioner and the gradient estimator.
+
+The estimator decides these once per fit, before any chain starts, from the sampler's
+hyperparameters and the estimator's ``gradient``; the chains then see one model (whitened
+or not) and one gradient estimator (plain minibatch or control variate).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .minibatch import ControlVariateGradient, MinibatchGradient
+from .models import WhitenedModel
+from .preconditioning import curvature_factor, resolve_preconditioner
+from .samplers._step_size import largest_noise_eigenvalue
+
+#: Rows of the probe that measures the gradient noise for the automatic step size: enough
+#: for the power iteration to see ``Sigma``'s top eigenvalue to a few percent (the
+#: estimate's relative error is about ``sqrt(P / m)``), a small fraction of one pass.
+PROBE_ROWS = 4096
+
+#: The uniform share of the importance-sampling mixture: bounds every row's weight
+#: ``1 / (N p_i)`` by ``1 / DEFENSIVE`` where the leverage at the MAP understates a row's
+#: gradient difference elsewhere (a defensive mixture, Hesterberg 1995).
+DEFENSIVE = 0.05
+
+
+@dataclass
+class Geometry:
+    """The coordinates and the gradient estimator of a fit.
+
+    Attributes
+    ----------
+    theta_map : ndarray of shape (P,) or None
+        The MAP, when the fit needed it.
+    preconditioner : {"dense", "diag", "none"}
+    L : ndarray of shape (P, P) or (P,) or None
+        ``theta = theta_map + L z`` (None: the chains run in ``theta``).
+    gradient : {"minibatch", "control_variate", "full"}
+    row_probabilities : ndarray of shape (N,) or None
+        Importance-sampling probabilities of the control-variate minibatches (None:
+        uniform).
+    """
+
+    theta_map: np.ndarray
+    preconditioner: str
+    L: np.ndarray
+    gradient: str
+    row_probabilities: np.ndarray = None
+
+    def for_data(self, model):
+        """The same coordinates and centre for a grown data set (``partial_fit``): the MAP and
+        ``L`` of the first fit stay valid (any fixed ones are), the row probabilities are
+        recomputed for the new rows."""
+        probs = None
+        if self.row_probabilities is not None:
+            probs = leverage_probabilities(model, self.theta_map, self.L)
+        return Geometry(self.theta_map, self.preconditioner, self.L, self.gradient, probs)
+
+    def chain_model(self, model):
+        """The model the chains run on: ``model`` itself, or whitened at the MAP."""
+        if self.L is None:
+            return model
+        return WhitenedModel(model, self.theta_map, self.L)
+
+    def control_variate(self, chain_model):
+        """``(centre, g_hat, row_probabilities)`` for
+        :class:`~.minibatch.ControlVariateGradient`, in the chain's coordinates, or None."""
+        if self.gradient != "control_variate":
+            return None
+        centre = self.to_chain(chain_model, self.theta_map)
+        return centre, chain_model.log_likelihood_and_grad(centre)[1], self.row_probabilities
+
+    @staticmethod
+    def to_chain(chain_model, theta):
+        """``theta`` (P,) or (C, P) in the chain's coordinates."""
+        from_theta = getattr(chain_model, "from_theta", None)
+        return np.array(theta, dtype=float) if from_theta is None else from_theta(theta)
+
+
+def build_geometry(model, sampler, batch_size, gradient, map_estimate, auto_preconditioner=True,
+                   auto_control_variate=True, batch_scheme="replacement", start_at_map=False):
+    """Decide the fit's :class:`Geometry`.
+
+    Parameters
+    ----------
+    model : Model
+    sampler : BaseSampler
+    batch_size : int or None
+        The resolved minibatch size (None: full data).
+    gradient : {"auto", "minibatch", "control_variate"}
+    map_estimate : callable
+        ``map_estimate(model) -> theta_map``, called at most once.
+    auto_preconditioner, auto_control_variate : bool
+        What ``"auto"`` means for this estimator's model (False for models whose posterior is
+        multimodal by construction, such as the DRBM's hidden-unit permutations).
+    batch_scheme : str
+    start_at_map : bool
+        The chains start at the MAP anyway (``init="map"``): keep it, the noise probe uses it.
+    """
+    full = batch_size is None or batch_size >= model.n_samples
+    if full:
+        kind = "full"
+    elif gradient == "auto":
+        kind = "control_variate" if auto_control_variate else "minibatch"
+    else:
+        kind = gradient
+    requested = getattr(sampler, "preconditioner", "none")
+    explicit_step = not (isinstance(getattr(sampler, "step_size", "auto"), str))
+    if requested == "auto" and (not auto_preconditioner or explicit_step):
+        # An explicit step size is in the units of theta (a paper's setting, a tuned value):
+        # "auto" then keeps the chains in theta, where that step means what it says.
+        requested = "none"
+    precond = resolve_preconditioner(requested, model.n_params)
+    need_map = precond != "none" or kind == "control_variate" or start_at_map
+    theta_map = map_estimate(model) if need_map else None
+    L = None if precond == "none" else curvature_factor(model, theta_map, precond)
+    probs = None
+    # Memory-mapped data keep no per-row state (the N-vector of probabilities would be the
+    # one allocation of the fit that grows with N): their minibatches stay uniform.
+    in_memory = getattr(model, "_cache_row_norms", True)
+    if kind == "control_variate" and L is not None and batch_scheme == "replacement" and in_memory:
+        probs = leverage_probabilities(model, theta_map, L)
+    return Geometry(theta_map, precond, L, kind, probs)
+
+
+def leverage_probabilities(model, theta_map, L):
+    """Row probabilities ``(1 - DEFENSIVE) h_i / sum h + DEFENSIVE / N`` from the leverages ``h_i``
+    at the MAP, or None for a model that has no leverages."""
+    scores = getattr(model, "leverage_scores", None)
+    h = None if scores is None else scores(theta_map, L)
+    if h is None or not np.all(np.isfinite(h)) or h.sum() <= 0:
+        return None
+    N = h.size
+    return (1.0 - DEFENSIVE) * h / h.sum() + DEFENSIVE / N
+
+
+def noise_probe(chain_model, geometry, batch_size, batch_scheme="replacement", seed=0):
+    """``sigma_max`` of the chains' gradient estimator at a typical point, for the auto step.
+
+    The control-variate estimator's noise vanishes at its centre and grows with the
+    distance from it, so it is probed at a draw ``z ~ N(0, I)`` of the Laplace
+    approximation (in whitened coordinates; ``theta_map + N(0, diag(H)^-1)`` otherwise), and so
+    is the plain estimator. Without a MAP (no preconditioner, plain gradients and a start
+    other than ``init="map"``) there is no probe and the step is set by curvature alone. The probe's rows are drawn as
+    the chains' are (importance sampled where they are) with a fixed generator, so the same
+    data give the same step; ``Sigma`` is scaled to the chains' batch size.
+    """
+    if geometry.gradient == "full" or geometry.theta_map is None:
+        # Without a mode there is no typical point to probe: at a random start (the DRBM's)
+        # the noise is that of a point the chain leaves at once, and capping h by it would
+        # stall the chain before it gets anywhere.
+        return None
+    rng = np.random.default_rng(seed)
+    N, P = chain_model.n_samples, chain_model.n_params
+    m = min(N, max(PROBE_ROWS, 4 * batch_size))
+    chains = MinibatchGradient(chain_model, batch_size, batch_scheme)
+    if chains.noise_scale == 0.0:
+        return None
+    if geometry.L is not None:
+        point = rng.standard_normal(P)
+    else:
+        d = np.abs(chain_model.hessian_diagonal(geometry.theta_map))
+        point = geometry.theta_map + rng.standard_normal(P) / np.sqrt(np.maximum(d, 1e-300))
+    if geometry.gradient == "control_variate":
+        centre = Geometry.to_chain(chain_model, geometry.theta_map)
+        probe = ControlVariateGradient(chain_model, m, "replacement", centre, np.zeros(P),
+                                       geometry.row_probabilities)
+    else:
+        probe = MinibatchGradient(chain_model, m, "replacement")
+    grads = probe.noise_gradients(point, rng)
+    return largest_noise_eigenvalue(grads, chains.noise_scale)
