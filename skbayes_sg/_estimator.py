@@ -246,7 +246,8 @@ class BaseSGBayes(BaseEstimator):
         self.diagnostics_ = self._diagnostics(results, draws, stats, info, n_grad, batch_size, eff_thin)
         self._observed_y = y
         self._set_posterior_attributes(self._model)
-        self._warn_kinetic_temperature(sampler)
+        if not self._warn_predicted_noise(sampler):
+            self._warn_kinetic_temperature(sampler)
         self._warn_convergence()
         return self
 
@@ -336,6 +337,29 @@ class BaseSGBayes(BaseEstimator):
                 UserWarning,
             )
         return diag
+
+    def _warn_predicted_noise(self, sampler):
+        """Warn when the step's predicted gradient-noise error is over twice the sampler's tolerance.
+
+        The one check that covers SGLD, which has no momentum whose temperature could show
+        the noise. It fires for explicit step sizes (the auto rule keeps the prediction at
+        the tolerance). Returns whether it warned.
+        """
+        delta = self.diagnostics_.get("predicted_noise_error")
+        tolerance = getattr(sampler, "_noise_tolerance", None)
+        if delta is None or tolerance is None or delta <= 2 * tolerance:
+            return False
+        name = type(sampler).__name__
+        fixes = ["step_size='auto'", "a larger batch_size"]
+        if self.diagnostics_.get("gradient") == "minibatch":
+            fixes.append("gradient='control_variate'")
+        warnings.warn(
+            f"{name}: at step_size={self.diagnostics_['step_size']:.3g} the minibatch gradient noise "
+            f"(largest eigenvalue {self.diagnostics_['noise_eigenvalue']:.3g}) is predicted to inflate the "
+            f"posterior variance along its noisiest direction by about {100 * delta:.0f}% "
+            f"(h sigma_max / 2AT = {delta:.3g}). Use {', '.join(fixes[:-1])} or {fixes[-1]}.",
+            GradientNoiseWarning, stacklevel=3)
+        return True
 
     def _warn_kinetic_temperature(self, sampler):
         kinetic = self.sample_stats_.get("kinetic_temperature")

@@ -62,6 +62,14 @@ def test_hot_sghmc_chains_warn_about_gradient_noise():
     h_curvature = 0.2 / np.sqrt(d["lambda_max"])
     assert d["step_size"] < 0.2 * h_curvature
     est.set_params(sampler__step_size=h_curvature)
+    with pytest.warns(GradientNoiseWarning, match=r"SGHMC: at step_size=.*by about 2\d\d%"):
+        est.fit(X, y)
+    # The prediction is what the chains show: kinetic temperature ~ 1 + h sigma_max / (2 A T).
+    predicted = 1.0 + est.diagnostics_["predicted_noise_error"]
+    assert abs(est.sample_stats_["kinetic_temperature"].mean() / predicted - 1.0) < 0.25
+    # Without the prediction (no probe: plain gradients from a non-MAP start), the measured
+    # temperature still warns.
+    est.set_params(init="zeros")
     with pytest.warns(GradientNoiseWarning, match=r"ran hotter .*kinetic temperature [2-4]\.\d+ against T = 1"):
         est.fit(X, y)
     # A step small enough that friction 10 both dissipates the noise (h Sigma / (2 A) ~ 0.02)
@@ -143,3 +151,24 @@ def test_unequilibrated_chains_warn_colder_and_say_why(cancer):
         # Started at the mode itself (no preconditioner, so no Laplace-draw starts).
         SGBayesLogisticRegression(sampler=MCCAdL(preconditioner="none"), gradient="minibatch", n_iter=50,
                                   n_chains=1, random_state=0).fit(X, y)
+
+
+def test_sgld_with_a_noisy_explicit_step_warns_and_the_auto_step_does_not():
+    """SGLD has no momentum to show a temperature: the predicted noise error must warn."""
+    import warnings
+
+    from skbayes_sg import GradientNoiseWarning
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(4000, 3))
+    y = X @ [1.0, -1.0, 0.5] + rng.normal(size=4000)
+    kw = dict(noise_precision=1.0, n_iter=400, n_chains=2, random_state=0, batch_size=5,
+              gradient="minibatch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GradientNoiseWarning)
+        est = SGBayesLinearRegression(sampler=SGLD(preconditioner="none"), **kw).fit(X, y)
+    h = est.diagnostics_["step_size"]
+    assert est.diagnostics_["predicted_noise_error"] <= 0.05 + 1e-12
+    # Three times the auto step: three times the predicted error, and a warning that says so.
+    with pytest.warns(GradientNoiseWarning, match=r"SGLD: at step_size=.*by about 15%"):
+        SGBayesLinearRegression(sampler=SGLD(step_size=3 * h, preconditioner="none"), **kw).fit(X, y)
