@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from joblib import Parallel, delayed
+from threadpoolctl import threadpool_limits
 
 try:
     import cloudpickle  # a dependency of joblib since 1.5
@@ -183,7 +184,13 @@ def _advance(runner, model, n_steps):
     # pickle it back with every result.
     runner.target.model = model
     try:
-        runner.advance(n_steps)
+        # One BLAS thread, wherever the chain runs: a multithreaded product sums in another
+        # order than a single-threaded one, so draws would depend on the process (loky and
+        # dask workers run single-threaded BLAS, the caller's process does not) and the same
+        # random_state would not give the same draws for every n_jobs. Chains are the unit
+        # of parallelism; their per-step products are too small to gain from threads.
+        with threadpool_limits(limits=1, user_api="blas"):
+            runner.advance(n_steps)
     finally:
         runner.target.model = None
     return runner

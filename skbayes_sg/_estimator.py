@@ -29,6 +29,12 @@ from .samplers import get_sampler
 
 #: Rows per minibatch with ``batch_size="auto"`` (as MLPClassifier's ``min(200, N)``).
 AUTO_BATCH_SIZE = 200
+#: ...unless a full-data gradient is this cheap (rows x parameters): then ``"auto"`` uses all
+#: the data. Below it a full gradient costs about as much as the iteration's fixed Python
+#: overhead (tens of microseconds), so exact gradients are free, and a minibatch would add
+#: noise that, at small N, is largest relative to the posterior (the control variate's
+#: expansion is least accurate where the posterior is least Gaussian).
+FULL_DATA_WORK = 200_000
 
 #: ``fit`` warns (``ConvergenceWarning``) when a parameter's rank-normalised split R-hat
 #: exceeds this (Vehtari et al. 2021 recommend 1.01)...
@@ -98,7 +104,7 @@ class BaseSGBayes(BaseEstimator):
             )
         return n_burn
 
-    def _batch_size(self, sampler, n_samples):
+    def _batch_size(self, sampler, n_samples, n_params=1):
         if sampler.requires_full_data:
             if self.batch_size not in (None, "auto"):
                 raise ValueError(
@@ -109,6 +115,8 @@ class BaseSGBayes(BaseEstimator):
         if self.batch_size is None:
             return None
         if self.batch_size == "auto":
+            if n_samples * n_params <= FULL_DATA_WORK:
+                return None
             return min(AUTO_BATCH_SIZE, n_samples)
         if self.batch_size > n_samples:
             warnings.warn(
@@ -160,7 +168,7 @@ class BaseSGBayes(BaseEstimator):
         """
         sampler = get_sampler(self.sampler)
         model = self._build_model(X, y)
-        batch_size = self._batch_size(sampler, model.n_samples)
+        batch_size = self._batch_size(sampler, model.n_samples, model.n_params)
         if getattr(sampler, "is_multilevel", False):
             if streaming:
                 raise ValueError("partial_fit does not support multilevel samplers; use fit.")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .minibatch import ControlVariateGradient, MinibatchGradient
+from .minibatch import ControlVariateGradient, MinibatchGradient, RowDistribution
 from .models import WhitenedModel
 from .preconditioning import curvature_factor, resolve_preconditioner
 from .samplers._step_size import largest_noise_eigenvalue
@@ -37,8 +37,8 @@ class Geometry:
     L : ndarray of shape (P, P) or (P,) or None
         ``theta = theta_map + L z`` (None: the chains run in ``theta``).
     gradient : {"minibatch", "control_variate", "full"}
-    row_probabilities : ndarray of shape (N,) or None
-        Importance-sampling probabilities of the control-variate minibatches (None:
+    row_probabilities : RowDistribution or None
+        Importance-sampling distribution of the control-variate minibatches (None:
         uniform).
     """
 
@@ -125,14 +125,14 @@ def build_geometry(model, sampler, batch_size, gradient, map_estimate, auto_prec
 
 
 def leverage_probabilities(model, theta_map, L):
-    """Row probabilities ``(1 - DEFENSIVE) h_i / sum h + DEFENSIVE / N`` from the leverages ``h_i``
-    at the MAP, or None for a model that has no leverages."""
+    """The rows' :class:`~.minibatch.RowDistribution` ``(1 - DEFENSIVE) h_i / sum h + DEFENSIVE / N``
+    from the leverages ``h_i`` at the MAP, or None for a model that has no leverages."""
     scores = getattr(model, "leverage_scores", None)
     h = None if scores is None else scores(theta_map, L)
     if h is None or not np.all(np.isfinite(h)) or h.sum() <= 0:
         return None
     N = h.size
-    return (1.0 - DEFENSIVE) * h / h.sum() + DEFENSIVE / N
+    return RowDistribution((1.0 - DEFENSIVE) * h / h.sum() + DEFENSIVE / N)
 
 
 def noise_probe(chain_model, geometry, batch_size, batch_scheme="replacement", seed=0):

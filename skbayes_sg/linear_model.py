@@ -28,8 +28,10 @@ _COMMON_DOC = """
     thin : int, default=1
         Keep every ``thin``-th iteration after burn-in.
     batch_size : int, "auto" or None, default="auto"
-        Minibatch size ``n``. ``"auto"`` uses ``min(200, n_samples)``; ``None`` uses the full
-        data (exact gradients). A value larger than the data is clipped to it with a
+        Minibatch size ``n``. ``"auto"`` uses the full data when a full gradient is cheap
+        (``n_samples * n_params <= 200,000``, where it costs about as much as an
+        iteration's fixed overhead) and ``min(200, n_samples)`` otherwise; ``None`` uses the
+        full data (exact gradients). A value larger than the data is clipped to it with a
         warning, as ``MLPClassifier`` does.
     batch_scheme : {"replacement", "epochs"}, default="replacement"
         How minibatches are drawn: uniformly with replacement as in the papers, or as

@@ -12,6 +12,41 @@ import numpy as np
 BATCH_SCHEMES = ("replacement", "epochs")
 
 
+class RowDistribution:
+    """A distribution over the ``N`` rows for importance-sampled minibatches.
+
+    Holds the probabilities ``p`` and Walker's alias table (Vose's O(N) build, once per
+    fit): a draw is O(1), against O(log N) for a binary search of the cumulative sum, which
+    on a9a took a tenth of a default fit.
+
+    Parameters
+    ----------
+    p : ndarray of shape (N,)
+        Probabilities (normalised here).
+    """
+
+    def __init__(self, p):
+        p = np.asarray(p, dtype=float)
+        self.p = p / p.sum()
+        N = p.size
+        scaled = self.p * N
+        self.accept = np.ones(N)
+        self.alias = np.arange(N)
+        small = list(np.flatnonzero(scaled < 1.0))
+        large = list(np.flatnonzero(scaled >= 1.0))
+        while small and large:
+            s, l = small.pop(), large.pop()
+            self.accept[s] = scaled[s]
+            self.alias[s] = l
+            scaled[l] -= 1.0 - scaled[s]
+            (small if scaled[l] < 1.0 else large).append(l)
+
+    def draw(self, rng, size):
+        """Row indices of shape ``size``."""
+        i = rng.integers(0, self.accept.size, size=size)
+        return np.where(rng.random(size=size) < self.accept[i], i, self.alias[i])
+
+
 class MinibatchGradient:
     """Stochastic gradients of ``model``'s log posterior.
 
@@ -69,23 +104,20 @@ class MinibatchGradient:
             self._bounds = np.linspace(0, N, q + 1).round().astype(np.intp)
             self._n_blocks = q
         self._queue = []
-        self._cdf = self._row_scale = None
+        self._rows_dist = self._row_scale = None
         if row_probabilities is not None and not self.full and scheme == "replacement":
-            p = np.asarray(row_probabilities, dtype=float)
-            self._cdf = np.cumsum(p)
-            self._cdf /= self._cdf[-1]
+            dist = row_probabilities
+            self._rows_dist = dist if isinstance(dist, RowDistribution) else RowDistribution(dist)
             # c_i = 1 / (N p_i): the importance weight that keeps (N/n) sum_S c_i g_i unbiased.
-            self._row_scale = 1.0 / (N * p)
+            self._row_scale = 1.0 / (N * self._rows_dist.p)
 
     def _next_rows(self, rng):
         """Rows of the next minibatch and the factor that turns their gradient sum into N x mean."""
         if self.full:
             return slice(None), 1.0
         if not self._queue:
-            if self._cdf is not None:
-                u = rng.random(size=(self._block, self.batch_size))
-                rows = np.minimum(np.searchsorted(self._cdf, u, side="right"), self.n_samples - 1)
-                self._queue = list(rows)
+            if self._rows_dist is not None:
+                self._queue = list(self._rows_dist.draw(rng, (self._block, self.batch_size)))
             elif self.scheme == "replacement":
                 self._queue = list(rng.integers(0, self.n_samples, size=(self._block, self.batch_size)))
             else:
@@ -175,7 +207,7 @@ class ControlVariateGradient(MinibatchGradient):
         Centre of the control variate, the MAP.
     g_hat : ndarray of shape (P,), optional
         ``g_full(theta_hat)`` when already known (it costs a full-data pass).
-    row_probabilities : ndarray of shape (N,), optional
+    row_probabilities : ndarray of shape (N,) or RowDistribution, optional
         Sample rows (with replacement) with these probabilities ``p_i`` instead of
         uniformly, each weighted by ``c_i = 1 / (N p_i)`` so the force stays unbiased
         (importance sampling; the operator the samplers see holds the weighted rows, so

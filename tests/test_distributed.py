@@ -35,7 +35,9 @@ def _data():
 @pytest.mark.parametrize("verbose", [0, 1])
 def test_dask_backend_gives_the_local_draws(client, verbose):
     X, y = _data()
-    kw = dict(n_iter=300, n_chains=4, random_state=7, verbose=verbose)
+    # Minibatches: a full-data product with X as dask deserialises it (another memory
+    # alignment) can round differently in the last bit from the same product locally.
+    kw = dict(n_iter=300, n_chains=4, random_state=7, verbose=verbose, batch_size=200)
     local = SGBayesLogisticRegression(**kw).fit(X, y)
     with parallel_config(backend="dask"):
         remote = SGBayesLogisticRegression(n_jobs=-1, **kw).fit(X, y)

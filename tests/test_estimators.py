@@ -58,12 +58,18 @@ def test_classifier_attributes_and_predictive(cancer):
     assert clf.score(X, labels) > 0.95
     d = clf.diagnostics_
     assert d["ess"].shape == (P,) and d["rhat"].shape == (P,)
-    # mCCAdL evaluates the force once at the start, then once per iteration, plus one
-    # independent minibatch per iteration for its C step; each is a control-variate
-    # difference, two gradient evaluations per row.
-    assert d["n_grad_evals"] == 3 * (1 + 2 * 500) * 200 * 2
-    assert d["gradient"] == "control_variate" and d["preconditioner"] == "dense"
-    assert d["step_size"] > 0 and d["lambda_max"] == 1.0 and d["noise_eigenvalue"] > 0
+    # 569 rows x 31 parameters: a full gradient is as cheap as an iteration's overhead, so
+    # batch_size="auto" uses the full data; mCCAdL evaluates the force once at the start,
+    # then once per iteration, and has no C step without minibatch noise.
+    assert d["batch_size"] is None and d["gradient"] == "full" and d["preconditioner"] == "dense"
+    assert d["n_grad_evals"] == 3 * (1 + 500) * X.shape[0]
+    assert d["step_size"] == pytest.approx(0.2) and d["lambda_max"] == 1.0
+    # With minibatches: one independent minibatch per iteration for the C step besides the
+    # force, each a control-variate difference (two gradient evaluations per row).
+    mini = SGBayesLogisticRegression(n_iter=50, n_chains=2, batch_size=200, random_state=0).fit(X, y)
+    d = mini.diagnostics_
+    assert d["gradient"] == "control_variate" and d["noise_eigenvalue"] > 0
+    assert d["n_grad_evals"] == 2 * (1 + 2 * 50) * 200 * 2
     assert clf.n_iter_ == 500
 
 
@@ -199,9 +205,9 @@ def test_warm_start_continues_the_chains(cancer):
     assert clf.n_iter_ == 400
     assert clf.samples_.shape == (2, 160 + 200, X.shape[1] + 1)
     np.testing.assert_array_equal(clf.samples_[:, :160], first)
-    # The continuation reuses each chain's last force: exactly one force (and one C-step
-    # minibatch) per iteration, each a control-variate difference of 2 evaluations per row.
-    assert clf.diagnostics_["n_grad_evals"] == evals + 2 * 200 * 200 * 2 * 2
+    # The continuation reuses each chain's last force: exactly one (full-data) force per
+    # iteration.
+    assert clf.diagnostics_["n_grad_evals"] == evals + 2 * 200 * X.shape[0]
     # The continuation starts where each chain stopped: its first step is a small move.
     step = np.linalg.norm(clf.samples_[:, 160] - np.array(states), axis=1)
     spread = np.linalg.norm(first.std(axis=1), axis=1)

@@ -52,7 +52,7 @@ def test_hot_sghmc_chains_warn_about_gradient_noise():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 2))
     y = X @ [1.0, -1.0] + rng.normal(size=300)
-    kw = dict(noise_precision=1.0, n_iter=3000, n_chains=2, random_state=0, gradient="minibatch")
+    kw = dict(noise_precision=1.0, n_iter=3000, n_chains=2, random_state=0, gradient="minibatch", batch_size=200)
     est = SGBayesLinearRegression(sampler=SGHMC(preconditioner="none"), **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("error", GradientNoiseWarning)
