@@ -376,19 +376,23 @@ class BaseSGBayes(BaseEstimator):
             return
         mean = float(kinetic.mean())
         mcse = float(np.nan_to_num(diagnostics.mcse_mean(kinetic), nan=np.inf))
-        if abs(mean - T) > KINETIC_TOLERANCE * T + 4 * mcse:
+        T_expected = sampler.expected_kinetic_temperature(self.diagnostics_["step_size"])
+        if abs(mean - T_expected) > KINETIC_TOLERANCE * T_expected + 4 * mcse:
             self.diagnostics_["kinetic_temperature"] = mean
-            if mean > T:
+            if mean > T_expected:
                 cause = ("Minibatch gradient noise is not being dissipated: increase friction, decrease "
-                         "step_size, increase batch_size, or use a sampler that controls the noise (mccadl).")
+                         "step_size or increase batch_size")
+                cause += "." if hasattr(sampler, "expm_tol") else ", or use a sampler that controls the noise (mccadl)."
             else:
                 # A chain started at the mode with thermal momentum gives about half its kinetic
                 # energy to the potential before it equilibrates.
                 cause = ("The chains have not reached equilibrium (a burn-in too short for the friction) or the "
                          "step size is too large: increase n_iter or burn_in, or decrease step_size.")
             warnings.warn(
-                f"{type(sampler).__name__}: the chains ran {'hotter' if mean > T else 'colder'} than the target: "
-                f"mean kinetic temperature {mean:.3g} against T = {T:g}, so the posterior variances are off by "
+                f"{type(sampler).__name__}: the chains ran {'hotter' if mean > T_expected else 'colder'} than the target: "
+                f"mean kinetic temperature {mean:.3g} against T = {T:g}"
+                f"{'' if T_expected == T else f' ({T_expected:.3g} expected of this scheme at this step)'}, so the "
+                "posterior variances are off by "
                 f"about that factor. {cause}",
                 GradientNoiseWarning, stacklevel=3)
 

@@ -172,3 +172,27 @@ def test_sgld_with_a_noisy_explicit_step_warns_and_the_auto_step_does_not():
     # Three times the auto step: three times the predicted error, and a warning that says so.
     with pytest.warns(GradientNoiseWarning, match=r"SGLD: at step_size=.*by about 15%"):
         SGBayesLinearRegression(sampler=SGLD(step_size=3 * h, preconditioner="none"), **kw).fit(X, y)
+
+
+def test_sghmc_euler_momentum_is_not_mistaken_for_gradient_noise():
+    """With exact gradients SGHMC's momentum runs at T / (1 - h A / 2) (1.11 at the whitened
+    auto step): the scheme's own prediction, not gradient noise, so no warning."""
+    import warnings
+
+    from skbayes_sg import GradientNoiseWarning
+    from skbayes_sg.samplers import SGHMC
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 2))
+    y = X @ [1.0, -1.0] + rng.normal(size=300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GradientNoiseWarning)
+        est = SGBayesLinearRegression(sampler=SGHMC(), noise_precision=1.0, n_iter=6000, n_chains=2,
+                                      random_state=0).fit(X, y)
+    h = est.diagnostics_["step_size"]
+    assert est.diagnostics_["batch_size"] is None and h == pytest.approx(0.2)
+    expected = 1.0 / (1.0 - 0.5 * h)
+    kinetic = est.sample_stats_["kinetic_temperature"]
+    from skbayes_sg.diagnostics import mcse_mean
+
+    assert abs(kinetic.mean() - expected) < 4 * mcse_mean(kinetic) + 0.01

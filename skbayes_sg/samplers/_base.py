@@ -81,6 +81,15 @@ class BaseSampler(BaseEstimator):
         T = getattr(self, "temperature", 1.0)
         return float(h * sigma_max / (2.0 * A * T))
 
+    def expected_kinetic_temperature(self, h):
+        """The mean kinetic temperature ``p'p / P`` a correct chain records at step ``h``.
+
+        ``T`` for the schemes whose recorded momentum is at equilibrium; samplers whose
+        discretisation leaves it off ``T`` by a known factor override this, so that the
+        estimator's noise check compares against what the scheme itself predicts.
+        """
+        return float(getattr(self, "temperature", 1.0))
+
     def resolve_step_size(self, model, theta0, sigma_max=None, lambda_max=None):
         """The step size ``h`` to use from ``theta0``: the explicit float, or the auto rule.
 

@@ -95,6 +95,12 @@ class SGHMC(MomentumSampler):
         kick(state.p, force, h)
         return state
 
+    def expected_kinetic_temperature(self, h):
+        """``T / (1 - h A / 2)``: the Euler friction step ``p <- (1 - h A) p + sqrt(2 A T h) R``
+        has stationary variance ``2 A T h / (1 - (1 - h A)^2)``, above ``T`` by that factor
+        (the configuration is not: its variance is right to first order)."""
+        return float(self.temperature / (1.0 - 0.5 * h * self.friction))
+
     def sample_stats(self, state):
         return (float(state.p @ state.p) / state.p.size,)
 
