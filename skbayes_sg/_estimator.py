@@ -6,6 +6,7 @@ draws into fitted attributes and predictions.
 """
 
 import warnings
+from dataclasses import replace
 from numbers import Integral, Real
 
 import numpy as np
@@ -24,8 +25,8 @@ from .exceptions import GradientNoiseWarning
 from ._geometry import Geometry, build_geometry, noise_probe
 from .minibatch import BATCH_SCHEMES
 from .models import Model
-from .preconditioning import MAX_DENSE_PARAMS
 from .samplers import get_sampler
+from .samplers._step_size import largest_curvature
 
 #: Rows per minibatch with ``batch_size="auto"`` (as MLPClassifier's ``min(200, N)``).
 AUTO_BATCH_SIZE = 200
@@ -45,6 +46,10 @@ ESS_MIN_PER_CHAIN = 100
 #: ``fit`` warns (``GradientNoiseWarning``) when the mean kinetic temperature is off its
 #: target by more than this fraction plus four Monte Carlo standard errors.
 KINETIC_TOLERANCE = 0.1
+
+#: The MAP is found by Newton's method up to this many parameters (each iteration one dense
+#: Hessian, O(N P^2), and one O(P^3) solve), by L-BFGS beyond.
+NEWTON_MAX_PARAMS = 250
 
 #: What a continued fit (``warm_start``) carries over from the first fit's diagnostics.
 _FIT_INFO = ("lambda_max", "noise_eigenvalue", "predicted_noise_error", "gradient", "preconditioner")
@@ -211,6 +216,13 @@ class BaseSGBayes(BaseEstimator):
             lam = 1.0 if geometry.preconditioner == "dense" else None
             curvature_at = (np.zeros(model.n_params) if geometry.L is not None
                             else geometry.theta_map if geometry.theta_map is not None else starts[0])
+            if self.batch_size == "auto" and sigma_max and isinstance(sampler.step_size, str):
+                if lam is None:
+                    lam = largest_curvature(chain_model, curvature_at)
+                batch_size, sigma_max = _noise_aware_batch(sampler, batch_size, sigma_max, lam,
+                                                           chain_model.n_samples)
+                if batch_size is None:
+                    geometry = replace(geometry, gradient="full", row_probabilities=None)
             step_size, info = sampler.resolve_step_size(chain_model, curvature_at, sigma_max, lambda_max=lam)
             fit_round = 0
         self._fit_map = None
@@ -509,12 +521,37 @@ class BaseSGBayes(BaseEstimator):
         return [slice(i, min(i + size, S)) for i in range(0, S, size)]
 
 
+def _noise_aware_batch(sampler, batch_size, sigma_max, lambda_max, n_samples):
+    """``batch_size="auto"``: grow the minibatch until the gradient noise no longer caps ``h``.
+
+    With rows drawn with replacement ``sigma_max`` falls as ``1 / n``, so the batch at which
+    the noise step reaches the curvature step is ``n0 h_curvature / h_noise``. The cost of
+    an iteration grows with ``n`` but so, until that point, does the step and with it the
+    mixing per iteration, and the default ``n_iter`` is an iteration budget. Many
+    parameters for the rows (digits' softmax: 650 for 1,797 rows) need this: the control
+    variate's noise grows like ``P / n``. Past half the rows the full data are used.
+
+    Returns
+    -------
+    batch_size : int or None
+    sigma_max : float or None
+        The noise eigenvalue at the new batch size (None for full data).
+    """
+    h_curvature = sampler.curvature_step(lambda_max)
+    h_noise = sampler.noise_step(sigma_max)
+    if h_noise >= h_curvature:
+        return batch_size, sigma_max
+    n = int(np.ceil(batch_size * h_curvature / h_noise))
+    if n >= n_samples / 2:
+        return None, None
+    return n, sigma_max * batch_size / n
+
+
 def _map_estimate(model, gtol=1e-2):
     """Maximum a posteriori point, from the model's default start.
 
-    Models with a closed-form Hessian and at most
-    :data:`~skbayes_sg.preconditioning.MAX_DENSE_PARAMS` parameters (the GLMs of moderate
-    width) use Newton's method (:func:`_newton_map`): a handful of iterations, each one
+    Models with a closed-form Hessian and at most ``NEWTON_MAX_PARAMS`` (250) parameters
+    (the GLMs of moderate width) use Newton's method (:func:`_newton_map`): a handful of iterations, each one
     Hessian, where L-BFGS needs hundreds of gradients (311 on a9a). Others use full-data
     L-BFGS (scipy).
 
@@ -527,7 +564,7 @@ def _map_estimate(model, gtol=1e-2):
     tight so that it is the gradient that decides. The control variate and the
     preconditioner are exact for any centre; they are only most effective at the mode.
     """
-    if model.n_params <= MAX_DENSE_PARAMS and type(model).hessian is not Model.hessian:
+    if model.n_params <= NEWTON_MAX_PARAMS and type(model).hessian is not Model.hessian:
         theta = _newton_map(model)
         if theta is not None:
             return theta

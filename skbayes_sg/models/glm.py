@@ -416,7 +416,7 @@ class _GLM(Model):
         output (one pass over row blocks, O(N D^2)), the extra coordinates by products.
         Several outputs fall back on Hessian-vector products."""
         if self.n_outputs != 1:
-            return super().hessian(theta)
+            return self._hessian_multi(theta)
         D, P = self.n_features, self.n_params
         n_w = P - self._n_extra
         H = np.zeros((P, P))
@@ -437,6 +437,39 @@ class _GLM(Model):
         H[np.arange(n_w), np.arange(n_w)] += self.alpha
         if self._n_extra:
             self._extra_hessian_columns(theta, H)
+        return H
+
+    def _hessian_multi(self, theta):
+        """Dense Hessian for several outputs: ``sum_i x~_i x~_i' (x) W_i + alpha I``.
+
+        ``W_i[k, l] = -d^2 loglik_i / dz_k dz_l`` (``s_k (delta_kl - s_l)`` for the softmax);
+        with ``x~_i = [x_i, 1]`` the coordinate ``(j, k)`` of ``theta`` is ``j K + k`` for the
+        weights and the intercepts alike, so the Hessian is the ``(D+1, K, D+1, K)`` array of
+        the ``K (K + 1) / 2`` products ``X~' diag(W_kl) X~``, one pass over row blocks.
+        """
+        if self._n_extra:
+            return super().hessian(theta)
+        D, K = self.n_features, self.n_outputs
+        Dt = D + (1 if self.fit_intercept else 0)
+        H4 = np.zeros((Dt, K, Dt, K))
+        e_v = np.zeros(0)
+        for X, y in self._data_blocks():
+            Xt = X.toarray() if sp.issparse(X) else np.asarray(X)
+            if self.fit_intercept:
+                Xt = np.hstack([Xt, np.ones((Xt.shape[0], 1))])
+            Z = self._linear_predictor(theta, X)
+            n = Z.shape[0]
+            for k in range(K):
+                U = np.zeros((n, K))
+                U[:, k] = 1.0
+                Wk = -self._curvature(theta, Z, y, U, e_v)[0]  # column l: W_i[l, k]
+                for l in range(k, K):
+                    A = Xt.T @ (Xt * Wk[:, l:l + 1])
+                    H4[:, l, :, k] += A
+                    if l != k:
+                        H4[:, k, :, l] += A.T
+        H = H4.reshape(Dt * K, Dt * K)
+        H[np.diag_indices_from(H)] += self.alpha
         return H
 
     def hessian_diagonal(self, theta):

@@ -10,7 +10,10 @@ from ._state import SamplerState
 from ._step_size import largest_curvature
 
 
-#: Largest ``h A`` the auto step gives the schemes with an Euler friction step.
+#: Largest ``h A`` the auto step gives the schemes with an Euler friction step, which
+#: multiplies p by 1 - h A (h xi for a thermostat, which fluctuates above A): it must stay
+#: well inside (0, 1), which a curvature-only rule no longer guarantees once whitening makes
+#: h of order 1.
 EULER_FRICTION_LIMIT = 0.25
 
 
@@ -90,6 +93,19 @@ class BaseSampler(BaseEstimator):
         """
         return float(getattr(self, "temperature", 1.0))
 
+    def curvature_step(self, lambda_max):
+        """The curvature part of the auto rule: ``c / lambda_max`` (first order) or
+        ``c / sqrt(lambda_max)`` (momentum samplers), capped for an Euler friction step."""
+        c = self._auto_step_constant
+        h = c / lambda_max if self._step_size_order == 1 else c / np.sqrt(lambda_max)
+        if self._euler_friction and hasattr(self, "friction"):
+            h = min(h, EULER_FRICTION_LIMIT / self.friction)
+        return float(h)
+
+    def noise_step(self, sigma_max):
+        """The largest ``h`` whose :meth:`predicted_noise_error` is the sampler's tolerance."""
+        return float(self._noise_tolerance / self.predicted_noise_error(1.0, sigma_max))
+
     def resolve_step_size(self, model, theta0, sigma_max=None, lambda_max=None):
         """The step size ``h`` to use from ``theta0``: the explicit float, or the auto rule.
 
@@ -121,17 +137,10 @@ class BaseSampler(BaseEstimator):
             h = float(self.step_size)
         else:
             lam = lambda_max if lambda_max is not None else largest_curvature(model, np.asarray(theta0, dtype=float))
-            c = self._auto_step_constant
-            h = c / lam if self._step_size_order == 1 else c / np.sqrt(lam)
+            h = self.curvature_step(lam)
             info["lambda_max"] = float(lam)
             if sigma_max:
-                h_noise = self._noise_tolerance / self.predicted_noise_error(1.0, sigma_max)
-                h = min(h, h_noise)
-            if self._euler_friction and hasattr(self, "friction"):
-                # An Euler friction step multiplies p by 1 - h A (h xi for a thermostat,
-                # which fluctuates above A): it must stay well inside (0, 1), which a
-                # curvature-only rule no longer guarantees once whitening makes h of order 1.
-                h = min(h, EULER_FRICTION_LIMIT / self.friction)
+                h = min(h, self.noise_step(sigma_max))
             h = float(h)
         if sigma_max is not None:
             info["predicted_noise_error"] = self.predicted_noise_error(h, sigma_max)

@@ -58,7 +58,7 @@ class CCAdL(ThermostatSampler):
         above is applied unchanged to ``z`` (equivalently, in ``theta`` with the constant
         mass matrix ``H``), where a near-Gaussian posterior is near ``N(0, I)``, so one
         step size fits every direction however the features are scaled.
-        ``"auto"``: dense up to 250 parameters, diagonal beyond (see
+        ``"auto"``: dense up to 1,000 parameters, diagonal beyond (see
         :mod:`skbayes_sg.preconditioning`) with ``step_size="auto"``; ``"none"`` with an
         explicit ``step_size``, which is in the units of ``theta``. Used by the
         estimators, which find the MAP.
