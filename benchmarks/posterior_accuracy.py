@@ -53,23 +53,25 @@ Parts (``--part``)
 
 Output
 ------
-One JSON object per line on stdout (a ``meta`` line first: library commit, whether
-``skbayes_sg/`` had uncommitted changes, a hash of them), appended to
+One JSON object per line on stdout (a ``meta`` line first: the repository's commit, the
+path of the skbayes_sg imported, a hash of its sources and the files in which it differs
+from the commit), appended to
 ``benchmarks/results/posterior_accuracy[_quick].jsonl``; markdown tables of the run on
 stderr at the end; a PNG summary ``benchmarks/results/posterior_accuracy[_quick].png``
 when matplotlib is available.
 
-Usage (from the repo root; the full run takes about half an hour on 2 cores)::
+Usage (from the repo root; the full run took 16 minutes on 2 shared cores, peak memory ~1.2 GB)::
 
     nice python benchmarks/posterior_accuracy.py --part all
     nice python benchmarks/posterior_accuracy.py --part gaussian --quick    # smoke test
     python benchmarks/posterior_accuracy.py --report          # tables of the last run in the jsonl
 
-While ``skbayes_sg/`` is being edited, run against a frozen copy, so that the main process
-and joblib's worker processes (which import the package afresh) see the same code::
+While ``skbayes_sg/`` is being edited, run against a frozen copy of the last commit, so that
+the main process and joblib's worker processes (which import the package afresh) see the same,
+identifiable code::
 
-    mkdir -p /tmp/skb_snap && cp -r skbayes_sg /tmp/skb_snap/ && \\
-        PYTHONPATH=/tmp/skb_snap nice python benchmarks/posterior_accuracy.py --part all
+    mkdir -p /tmp/skb_head && git archive HEAD skbayes_sg | tar -x -C /tmp/skb_head && \\
+        PYTHONPATH=/tmp/skb_head nice python benchmarks/posterior_accuracy.py --part all
 
 The ``meta`` line records which copy ran (``library_path``), a hash of its sources and the
 files that differ from the commit.
@@ -463,7 +465,6 @@ def plot(records, path):
         ax.invert_yaxis()
         if key == "max_z":
             ax.axvline(Z_TOL, color="k", lw=0.8)
-            ax.set_xscale("log")
         else:
             ax.set_xscale("log")
         ax.set(xlabel=label, title=f"{part} logistic regression vs HMC")
