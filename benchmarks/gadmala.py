@@ -1,26 +1,62 @@
-"""gadMALA / gadRWM paper (Titsias & Dellaportas 2019): Table 1 (Neal's Gaussian) and Tables 2-6.
+"""gadMALA / gadRWM (Titsias & Dellaportas 2019): the paper's tables, and the estimator's defaults.
 
-Neal's 100-d Gaussian: N(0, diag(s_1^2, ..., s_100^2)), s_i = 0.01, 0.02, ..., 1, started
-at zero. Binary logistic regression on australian, german, heart, pima and ripley:
-features standardised, a bias column (the estimator's intercept, with the same N(0, 1)
-prior as the weights), prior N(0, I), started at zero. Every run: 20,000 adaptation
-iterations, then 20,000 kept draws (one chain), as in section 4.2.
+Four parts (``--part``):
 
-For gadMALA (full and diagonal L) and gadRWM: wall time of the whole run (adaptation,
-start-up and the estimator's diagnostics included), acceptance rate after adaptation,
-min / median / max ESS over coordinates (Geyer's initial monotone sequence on the raw
-draws: ArviZ ``ess(method="mean")``, the paper's estimator, as the blackjax script uses),
-and min ESS per second. When ``~/anchor-venv`` exists (see ``../shared/bench/README.md``),
-blackjax NUTS and MALA run on the same datasets in the same invocation, in a subprocess
-started right after the gad samplers on each dataset (a ratio of speeds on a shared machine
-is only fair side by side); their time is warm-up (compilation included) plus sampling.
+``paper``
+    Reproduction of Table 1 (Neal's Gaussian) and Tables 2-6 (binary logistic regression)
+    with the paper's settings, including its start ``L = 0.1 / sqrt(P) I``
+    (``init_scale=None``). Neal's 100-d Gaussian: N(0, diag(s_1^2, ..., s_100^2)), s_i =
+    0.01, 0.02, ..., 1, started at zero. Binary logistic regression on australian, german,
+    heart, pima and ripley: features standardised, a bias column (the estimator's
+    intercept, with the same N(0, 1) prior as the weights), prior N(0, I), started at zero.
+    Every run: 20,000 adaptation iterations, then 20,000 kept draws (one chain), as in
+    section 4.2. For gadMALA (full and diagonal L) and gadRWM: wall time of the whole run
+    (adaptation, start-up and the estimator's diagnostics included), acceptance rate after
+    adaptation, min / median / max ESS over coordinates and min ESS per second. Saves
+    ``results/gadmala[_quick].json`` and ``.png``.
+``defaults``
+    Issue 16's claim: ``SGBayesLogisticRegression(sampler="gadmala", batch_size=None)`` with
+    every other setting at its default (``n_iter=5000``, ``burn_in=0.2``, 4 chains,
+    ``init="map"``, ``max_draws=1000``, ``init_scale="map"``) on the five datasets,
+    standardised and unstandardised (raw features), against blackjax NUTS run right after
+    it on the same posterior. Also the same fit with ``max_draws=None`` (the estimator
+    keeping every draw), with ``burn_in=0.05, max_draws=None`` too (the estimator-side
+    defaults proposed for the gad samplers, see ``docs/benchmarks_gadmala.md``) and with the
+    paper's start (``GadMALA(init_scale=None)``, the previous default). min ESS per second
+    divides the smallest ESS over coordinates (Geyer's initial monotone sequence on the
+    pooled split chains, ArviZ ``ess(method="mean")``, the paper's and the blackjax
+    script's estimator) by the whole ``fit``'s wall time (the MAP, the curvature, the
+    adaptation, the draws and the estimator's diagnostics). Saves
+    ``results/gadmala_defaults.json`` and ``.png``.
+``linreg``
+    Bayesian linear regression with the noise precision sampled (``noise_precision=None``)
+    on unscaled designs whose coefficient posterior sds span 1e-3 to 1e2, estimator
+    defaults but ``alpha=1e-6`` (so that the prior does not cap the sds at 1), against the
+    exact posterior by quadrature over ``log tau`` (``benchmarks/_exact_linreg.py``):
+    the largest mean error in posterior sds, the sd ratios, R-hat. The paper's start at the
+    same settings and with 20,000 adaptation iterations for comparison. Saves
+    ``results/gadmala_linreg.json``.
+``budget``
+    Adaptation length: acceptance and min ESS per kept draw on german (standardised and
+    raw) after 50 to 4,000 adaptation iterations, map start against the paper's start.
+    Saves ``results/gadmala_budget.json``.
 
-Prints one JSON object per line and saves ``results/gadmala[_quick].json`` and ``.png``
-(min ESS per second per dataset, and the proposal scales learned on Neal's Gaussian).
+When ``~/anchor-venv`` exists (see ``../shared/bench/README.md``), blackjax runs in a
+subprocess right after the gad samplers on each dataset (a ratio of speeds on a shared
+machine is only fair side by side): ``../shared/bench/bench_blackjax_nuts_binary.py``
+itself, and for the unstandardised data the same script with its standardisation line
+removed (its source executed with that one line replaced, so that the NUTS settings stay
+the script's: window adaptation, 500 warm-up, 20,000 draws). Its time is warm-up
+(compilation included) plus a second, already compiled, sampling call.
+
+Prints one JSON object per line.
 
 Usage::
 
-    python benchmarks/gadmala.py [--quick] [--repeats 1] [--no-blackjax]
+    python benchmarks/gadmala.py [--part paper] [--quick] [--repeats 1] [--no-blackjax]
+    python benchmarks/gadmala.py --part defaults --repeats 3
+    python benchmarks/gadmala.py --part linreg --repeats 3
+    python benchmarks/gadmala.py --part budget
 """
 
 import argparse
@@ -34,7 +70,7 @@ from pathlib import Path
 
 import numpy as np
 
-from skbayes_sg import SGBayesLogisticRegression
+from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg._chains import run_chain
 from skbayes_sg.models._base import Model
 from skbayes_sg.samplers import GadMALA, GadRWM
@@ -46,11 +82,14 @@ DATA = SHARED / "data"
 ANCHOR_PY = Path.home() / "anchor-venv" / "bin" / "python"
 ANCHOR_SCRIPT = SHARED / "bench" / "bench_blackjax_nuts_binary.py"
 DATASETS = ("ripley", "pima", "heart", "australian", "german")
+#: The paper's settings, its start L = 0.1 / sqrt(P) I included (init_scale=None).
 METHODS = {
-    "gadMALAf": lambda: GadMALA(),
-    "gadMALAf-diag": lambda: GadMALA(cholesky="diag"),
-    "gadRWM": lambda: GadRWM(),
+    "gadMALAf": lambda: GadMALA(init_scale=None),
+    "gadMALAf-diag": lambda: GadMALA(cholesky="diag", init_scale=None),
+    "gadRWM": lambda: GadRWM(init_scale=None),
 }
+#: The line of the blackjax script that standardises the features; removed for raw data.
+STANDARDISE_LINE = "X = (X - X.mean(0)) / X.std(0, ddof=1)"
 # The paper's figures for its gadMALAf (Table 1 and supplement Tables 2-6): time (s, MATLAB),
 # acceptance, min / median / max ESS, min ESS/s.
 PAPER_GADMALAF = {
@@ -93,10 +132,11 @@ def ess_mean(draws):
     return np.array([az.ess(draws[:, j], method="mean") for j in range(draws.shape[1])], dtype=float)
 
 
-def load(name):
+def load(name, standardise=True):
     z = np.load(DATA / f"{name}.npz")
     X = z["X"].astype(float)
-    X = (X - X.mean(axis=0)) / X.std(axis=0, ddof=1)
+    if standardise:
+        X = (X - X.mean(axis=0)) / X.std(axis=0, ddof=1)
     return X, z["y"]
 
 
@@ -151,15 +191,28 @@ def run_binary(name, n_adapt, n_keep, seed):
     return rows
 
 
-def run_blackjax(names):
-    """blackjax NUTS and MALA from ../shared/bench, in the anchor venv; its JSON lines."""
+def run_blackjax(names, nuts_only=False, standardise=True, problem_suffix=""):
+    """blackjax NUTS (and MALA) from ../shared/bench, in the anchor venv; its JSON lines.
+
+    ``standardise=False`` runs the same script on the raw features: its source, with the
+    one standardising line replaced by ``pass``, executed as the script (same argv).
+    """
     if not (ANCHOR_PY.exists() and ANCHOR_SCRIPT.exists()):
         print(json.dumps({"note": f"blackjax skipped: {ANCHOR_PY} not found"}), flush=True)
         return []
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
-    proc = subprocess.run([str(ANCHOR_PY), str(ANCHOR_SCRIPT), str(DATA), *names], capture_output=True,
-                          text=True, env=env)
+    args = [str(DATA), *names] + (["--nuts-only"] if nuts_only else [])
+    if standardise:
+        cmd = [str(ANCHOR_PY), str(ANCHOR_SCRIPT), *args]
+    else:
+        if STANDARDISE_LINE not in ANCHOR_SCRIPT.read_text():
+            print(json.dumps({"note": "blackjax raw skipped: the script's standardising line changed"}), flush=True)
+            return []
+        code = ("import sys; path = sys.argv.pop(1); src = open(path).read(); "
+                f"exec(compile(src.replace({STANDARDISE_LINE!r}, 'pass'), path, 'exec'))")
+        cmd = [str(ANCHOR_PY), "-c", code, str(ANCHOR_SCRIPT), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     rows = []
     for line in proc.stdout.splitlines():
         if not line.startswith("{"):
@@ -167,7 +220,7 @@ def run_blackjax(names):
         r = json.loads(line)
         # Warm-up and compilation included, as for the gad samplers' whole fit.
         seconds = r["warmup_s"] + r["sample_s"]
-        row = {"problem": r["dataset"], "method": r["method"].upper(), "library": "blackjax",
+        row = {"problem": r["dataset"] + problem_suffix, "method": r["method"].upper(), "library": "blackjax",
                "time_s": round(seconds, 3), "accept": r["accept"], "ess_min": r["ess_min"],
                "ess_med": r["ess_med"], "ess_max": r["ess_max"], "min_ess_per_s": r["min_ess_per_s_total"],
                "min_ess_per_s_sampling_only": r["min_ess_per_s_sampling"], "load_avg_1min": os.getloadavg()[0]}
@@ -227,14 +280,220 @@ def plot(rows, s, scales, path):
     fig.savefig(path, dpi=110)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="5,000 + 5,000 iterations, ripley and german, no blackjax")
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-blackjax", action="store_true")
-    args = parser.parse_args()
+# -- part "defaults": the estimator as a user gets it -------------------------------------------
+
+#: The fits of part "defaults": estimator keyword arguments on top of
+#: ``SGBayesLogisticRegression(sampler=..., batch_size=None, random_state=seed)``.
+DEFAULT_FITS = {
+    "gadMALA defaults": lambda: {"sampler": "gadmala"},
+    "gadMALA defaults, max_draws=None": lambda: {"sampler": "gadmala", "max_draws": None},
+    "gadMALA, burn_in=0.05, max_draws=None": lambda: {"sampler": "gadmala", "burn_in": 0.05, "max_draws": None},
+    "gadMALA paper start (old default)": lambda: {"sampler": GadMALA(init_scale=None)},
+}
+
+
+def pooled_ess(draws):
+    """ESS per coordinate of several chains (n_chains, n_draws, P): Geyer's initial monotone
+    sequence on split chains, ArviZ ``ess(method="mean")`` (skbayes_sg's copy without ArviZ)."""
+    try:
+        import arviz as az
+    except ImportError:
+        from skbayes_sg import diagnostics
+
+        x = np.moveaxis(np.asarray(draws, float), 2, 0)
+        return np.array([diagnostics._ess_core(diagnostics._split_chains(v[None])) for v in x]).ravel()
+    return np.array([az.ess(draws[:, :, j], method="mean") for j in range(draws.shape[2])], dtype=float)
+
+
+def run_defaults(name, standardise, seed):
+    """One fit per :data:`DEFAULT_FITS` entry, the whole ``fit`` timed; its rows."""
+    X, y = load(name, standardise)
+    scaling = "standardised" if standardise else "raw"
+    rows = []
+    for method, make in DEFAULT_FITS.items():
+        clf = SGBayesLogisticRegression(batch_size=None, random_state=seed, **make())
+        t0 = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            clf.fit(X, y)
+        seconds = time.perf_counter() - t0
+        diag = clf.diagnostics_
+        ess = pooled_ess(clf.samples_)
+        row = {"problem": f"{name} ({scaling})", "dataset": name, "scaling": scaling, "method": method,
+               "library": "skbayes_sg", "seed": seed, "time_s": round(seconds, 3),
+               "accept": round(float(diag["acceptance_rate"]), 3),
+               "adapt_accept": round(float(diag["adapt_acceptance_rate"]), 3),
+               "ess_min": round(float(ess.min()), 1), "ess_med": round(float(np.median(ess)), 1),
+               "ess_max": round(float(ess.max()), 1), "min_ess_per_s": round(float(ess.min()) / seconds, 2),
+               "ess_bulk_min": round(float(diag["ess"].min()), 1), "rhat_max": round(float(diag["rhat"].max()), 4),
+               "n_draws": int(clf.samples_.shape[1]), "thin": int(diag["thin"]),
+               "draws_MB": round(clf.samples_.nbytes / 2**20, 2), "d": X.shape[1] + 1,
+               "warnings": sorted({type(w.message).__name__ for w in caught}),
+               "load_avg_1min": os.getloadavg()[0]}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def plot_defaults(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
+    methods = [*DEFAULT_FITS, "NUTS"]
+    width = 0.8 / len(methods)
+    for ax, scaling in zip(axes, ("standardised", "raw")):
+        for k, m in enumerate(methods):
+            vals = [next((r["min_ess_per_s"] for r in rows if r.get("dataset", r["problem"].split()[0]) == d
+                          and r.get("scaling") == scaling and r["method"] == m), np.nan) for d in DATASETS]
+            ax.bar(np.arange(len(DATASETS)) + k * width, vals, width, label=m)
+        ax.set_xticks(np.arange(len(DATASETS)) + 0.4 - width / 2, DATASETS)
+        ax.set_yscale("log")
+        ax.set_title(f"{scaling} features: estimator defaults vs blackjax NUTS")
+    axes[0].set_ylabel("min ESS per second (whole fit)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def ratio_table(rows):
+    """Per dataset and scaling: min ESS/s of each gadMALA fit over NUTS's in the same repeat."""
+    out = []
+    keys = {(r["dataset"], r["scaling"]) for r in rows if r.get("library") == "skbayes_sg"}
+    for dataset, scaling in sorted(keys):
+        nuts = {r["seed"]: r for r in rows if r.get("dataset") == dataset and r.get("scaling") == scaling
+                and r["method"] == "NUTS"}
+        for method in DEFAULT_FITS:
+            ours = [r for r in rows if r.get("dataset") == dataset and r.get("scaling") == scaling
+                    and r["method"] == method and r["seed"] in nuts]
+            if not ours:
+                continue
+            ratios = [r["min_ess_per_s"] / nuts[r["seed"]]["min_ess_per_s"] for r in ours]
+            out.append({"dataset": dataset, "scaling": scaling, "method": method,
+                        "ratio_to_nuts_mean": round(float(np.mean(ratios)), 2),
+                        "ratio_to_nuts_min": round(float(np.min(ratios)), 2), "repeats": len(ratios)})
+    return out
+
+
+def part_defaults(args):
+    rows = []
+    for rep in range(args.repeats):
+        seed = args.seed + rep
+        for name in DATASETS:
+            for standardise in (True, False):
+                rows += run_defaults(name, standardise, seed)
+                if not args.no_blackjax:
+                    scaling = "standardised" if standardise else "raw"
+                    for r in run_blackjax([name], nuts_only=True, standardise=standardise,
+                                          problem_suffix=f" ({scaling})"):
+                        r.update(dataset=name, scaling=scaling, seed=seed)
+                        rows.append(r)
+    summary = mean_rows(rows)
+    ratios = ratio_table(rows)
+    for r in ratios:
+        print(json.dumps(r), flush=True)
+    meta = {"argv": sys.argv[1:], "repeats": args.repeats, "cpu_count": os.cpu_count(),
+            "load_avg_1min": os.getloadavg()[0]}
+    (RESULTS / "gadmala_defaults.json").write_text(
+        json.dumps({"meta": meta, "rows": summary, "ratios": ratios, "runs": rows}, indent=1))
+    plot_defaults(summary, RESULTS / "gadmala_defaults.png")
+
+
+# -- part "linreg": any scale, noise sampled ------------------------------------------------------
+
+#: Coefficient posterior sds the unscaled designs are built for.
+LINREG_SDS = np.logspace(-3, 2, 8)
+LINREG_ALPHA = 1e-6
+
+
+def unscaled_design(seed, N=1000, noise_sd=0.5):
+    """Column ``j`` is ``s_j (z + m_j)``, ``z ~ N(0, 1)``, ``m_j ~ U(-2, 2)`` (correlated with the
+    intercept), ``s_j = noise_sd / (sqrt(N) sd_j)`` for a posterior sd near ``sd_j``; weights
+    of a few sds, intercept 1.5, noise sd ``noise_sd``."""
+    rng = np.random.default_rng(seed)
+    X = noise_sd / (np.sqrt(N) * LINREG_SDS) * (rng.standard_normal((N, LINREG_SDS.size))
+                                                + rng.uniform(-2, 2, LINREG_SDS.size))
+    y = X @ (3 * LINREG_SDS * rng.standard_normal(LINREG_SDS.size)) + 1.5 + noise_sd * rng.standard_normal(N)
+    return X, y
+
+
+def part_linreg(args):
+    sys.path.insert(0, str(HERE))
+    from _exact_linreg import sampled_noise_posterior, sufficient_statistics
+
+    fits = {
+        "gadMALA defaults": dict(sampler="gadmala"),
+        "gadMALA paper start, defaults": dict(sampler=GadMALA(init_scale=None)),
+        "gadMALA paper start, 20k adaptation": dict(sampler=GadMALA(init_scale=None), n_iter=25_000,
+                                                    burn_in=20_000),
+    }
+    rows = []
+    for rep in range(args.repeats):
+        seed = args.seed + rep
+        X, y = unscaled_design(seed)
+        ref = sampled_noise_posterior(sufficient_statistics(X, y), LINREG_ALPHA, 1e-6, 1e-6)
+        for method, kw in fits.items():
+            reg = SGBayesLinearRegression(batch_size=None, alpha=LINREG_ALPHA, random_state=seed, **kw)
+            t0 = time.perf_counter()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                reg.fit(X, y)
+            seconds = time.perf_counter() - t0
+            flat = reg.samples_.reshape(-1, reg.samples_.shape[-1])
+            z = (flat.mean(axis=0) - ref["mean"]) / ref["sd"]
+            ratio = flat.std(axis=0, ddof=1) / ref["sd"]
+            rhat = reg.diagnostics_["rhat"]
+            row = {"problem": "linreg_unscaled", "method": method, "seed": seed, "time_s": round(seconds, 3),
+                   "ref_sd_min": float(ref["sd"][:-2].min()), "ref_sd_max": float(ref["sd"][:-2].max()),
+                   "max_abs_mean_err_sd": round(float(np.abs(z).max()), 4),
+                   "mean_err_sd_log_tau": round(float(z[-1]), 4),
+                   "sd_ratio_min": round(float(ratio.min()), 4), "sd_ratio_max": round(float(ratio.max()), 4),
+                   "rhat_max": round(float(rhat.max()), 4), "rhat_log_tau": round(float(rhat[-1]), 4),
+                   "ess_bulk_min": round(float(reg.diagnostics_["ess"].min()), 1),
+                   "accept": round(float(reg.diagnostics_["acceptance_rate"]), 3),
+                   "pass": bool(np.abs(z).max() < 0.1 and np.abs(ratio - 1).max() < 0.1 and rhat.max() < 1.01),
+                   "warnings": sorted({type(w.message).__name__ for w in caught}),
+                   "load_avg_1min": os.getloadavg()[0]}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    meta = {"argv": sys.argv[1:], "repeats": args.repeats, "alpha": LINREG_ALPHA, "N": 1000,
+            "design_sds": LINREG_SDS.tolist()}
+    (RESULTS / "gadmala_linreg.json").write_text(json.dumps({"meta": meta, "runs": rows}, indent=1))
+
+
+# -- part "budget": how much adaptation the map start needs ---------------------------------------
+
+
+def part_budget(args):
+    n_keep = 4000
+    rows = []
+    for standardise in (True, False):
+        X, y = load("german", standardise)
+        for start, make in (("map", lambda: GadMALA()), ("paper", lambda: GadMALA(init_scale=None))):
+            for n_adapt in (50, 100, 250, 1000, 4000):
+                for rep in range(args.repeats):
+                    seed = args.seed + rep
+                    clf = SGBayesLogisticRegression(sampler=make(), batch_size=None, n_iter=n_adapt + n_keep,
+                                                    burn_in=n_adapt, max_draws=None, random_state=seed)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        clf.fit(X, y)
+                    ess = pooled_ess(clf.samples_)
+                    row = {"problem": f"german ({'standardised' if standardise else 'raw'})", "start": start,
+                           "n_adapt": n_adapt, "n_keep": n_keep, "seed": seed,
+                           "accept": round(float(clf.diagnostics_["acceptance_rate"]), 3),
+                           "ess_min": round(float(ess.min()), 1),
+                           "ess_min_per_kept_draw": round(float(ess.min()) / (4 * n_keep), 4),
+                           "rhat_max": round(float(clf.diagnostics_["rhat"].max()), 4)}
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+    (RESULTS / "gadmala_budget.json").write_text(json.dumps({"meta": {"argv": sys.argv[1:]}, "runs": rows},
+                                                            indent=1))
+
+
+def part_paper(args):
     n_adapt = n_keep = 5_000 if args.quick else 20_000
     names = ("ripley", "german") if args.quick else DATASETS
     with_blackjax = not (args.quick or args.no_blackjax)
@@ -252,11 +511,23 @@ def main():
                 rows += run_blackjax([name])
     summary = mean_rows(rows)
     suffix = "_quick" if args.quick else ""
-    RESULTS.mkdir(exist_ok=True)
     meta = {"argv": sys.argv[1:], "n_adapt": n_adapt, "n_keep": n_keep, "repeats": args.repeats,
             "cpu_count": os.cpu_count(), "load_avg_1min": os.getloadavg()[0]}
     (RESULTS / f"gadmala{suffix}.json").write_text(json.dumps({"meta": meta, "rows": summary}, indent=1))
     plot(summary, s, scales, RESULTS / f"gadmala{suffix}.png")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=("paper", "defaults", "linreg", "budget"), default="paper")
+    parser.add_argument("--quick", action="store_true",
+                        help="paper part: 5,000 + 5,000 iterations, ripley and german, no blackjax")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-blackjax", action="store_true")
+    args = parser.parse_args()
+    RESULTS.mkdir(exist_ok=True)
+    {"paper": part_paper, "defaults": part_defaults, "linreg": part_linreg, "budget": part_budget}[args.part](args)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,14 @@ weight ``beta`` that steers the acceptance rate to ``target_accept``.
 ``L`` is stored as a dense lower-triangular (P, P) array (``cholesky="full"``) or as its
 diagonal (P,) (``cholesky="diag"``); every product with it is then a matrix-vector
 product, O(P^2), or an elementwise one, O(P).
+
+With ``init_scale="map"`` (the default) the proposal starts from the curvature at the
+chain's start: ``L = L0 M`` with ``L0 L0' = H^-1`` fixed (the Hessian ``H`` of the negative
+log posterior at ``theta0``, the MAP under the estimators' ``init="map"``) and ``M``, which
+starts at ``c(P) I``, adapted. The speed measure's optimum is the same in any
+parametrisation of ``L`` (``log|L| = log|L0| + log|M|``), so this changes only the
+optimiser's coordinates: RMSprop's steps, absolute in the units of what it adapts, are
+steps in posterior standard deviations, whatever the problem's scale.
 """
 
 import math
@@ -17,6 +25,8 @@ import numbers
 
 import numpy as np
 
+from .. import preconditioning
+from ..preconditioning import curvature_factor, resolve_preconditioner
 from ._base import BaseSampler
 from ._state import SamplerState
 from ._step_size import largest_curvature
@@ -30,21 +40,66 @@ _BETA_FLOOR = 1e-4
 #: ``target_accept``, beta grows geometrically (by up to 1 + rho_beta per iteration); the
 #: RMSprop-normalised step on L is the same for any beta that large.
 _BETA_CEIL = 1e100
-#: Lower bound on each diagonal entry of L, as a fraction of its initial value. The released
-#: code clips the diagonal at 1e-3 for a start of 0.1 / sqrt(P) (1 / 20 of it at P = 25); a
-#: floor relative to the start keeps L positive definite whatever the scale of the problem.
+#: Lower bound on each diagonal entry of the adapted factor, as a fraction of its initial
+#: value. The released code clips the diagonal at 1e-3 for a start of 0.1 / sqrt(P) (1 / 20
+#: of it at P = 25). With ``init_scale="map"`` the adapted factor is ``M`` in ``L = L0 M``, so
+#: the floor on ``L_ii = L0_ii M_ii`` is 1 / 20 of each coordinate's own start: relative to the
+#: posterior's scale, not to 0.1 / sqrt(P), and L stays positive definite at any scale.
 _DIAG_FLOOR_FRACTION = 0.05
 
 CHOLESKY_KINDS = ("full", "diag")
+#: The string values of ``init_scale``.
+INIT_SCALES = ("map", "auto")
+
+
+def factor_mul(F, v):
+    """``F v`` for a lower-triangular (P, P) or diagonal (P,) factor ``F``; ``v`` if F is None."""
+    if F is None:
+        return v
+    return F @ v if F.ndim == 2 else F * v
+
+
+def factor_tmul(F, v):
+    """``F' v``, as :func:`factor_mul`."""
+    if F is None:
+        return v
+    return F.T @ v if F.ndim == 2 else F * v
+
+
+def _has_closed_form_diagonal(model):
+    """Whether ``model`` overrides :meth:`Model.hessian_diagonal` (whose default forms the dense Hessian)."""
+    from ..models._base import Model
+
+    return type(model).hessian_diagonal is not Model.hessian_diagonal
+
+
+class _DiagonallyScaled:
+    """The curvature of the posterior in ``z = theta / d``: ``v -> d H (d v)``."""
+
+    def __init__(self, model, d):
+        self.model, self.d = model, d
+
+    def hessian_vector_product(self, theta, v, eps=None):
+        return self.d * self.model.hessian_vector_product(theta, self.d * v)
+
+
+def compose(L0, M):
+    """``L0 M``: lower-triangular (P, P) if either factor is, else diagonal (P,)."""
+    if L0 is None:
+        return M
+    if L0.ndim == 2:
+        return L0 @ (M if M.ndim == 2 else np.diag(M))
+    return L0[:, None] * M if M.ndim == 2 else L0 * M
 
 
 class GadSampler(BaseSampler):
     """Base of the gradient-based adaptive Metropolis samplers (Titsias & Dellaportas 2019).
 
     Holds what gadMALA and gadRWM share: hyperparameter checks, the initial state (``L``
-    at ``init_scale`` times the identity, ``beta = 1``), the RMSprop step on ``L`` and the
-    ``beta`` update of Algorithm 1, the end of adaptation, and the acceptance counters.
-    Subclasses implement :meth:`step`.
+    from the curvature at the start, or at ``init_scale`` times the identity; ``beta =
+    1``), the RMSprop step on ``L`` and the ``beta`` update of Algorithm 1, the end of
+    adaptation, and the acceptance counters. Subclasses implement :meth:`step` and
+    :meth:`_optimal_scale` (``c(P)``).
 
     The step size ``h`` of the other samplers does not apply: the scale of the proposal is
     in ``L``. :meth:`resolve_step_size` returns NaN, which the estimator reports as
@@ -54,6 +109,17 @@ class GadSampler(BaseSampler):
     loop once burn-in is over); from then on ``L`` and ``beta`` are frozen and every
     iteration is a step of one fixed Metropolis-Hastings kernel that leaves the posterior
     invariant.
+
+    The proposal factor is ``L = L0 M``. ``L0`` is fixed: the Cholesky factor of ``H^-1`` at
+    the start with ``init_scale="map"`` (dense up to
+    :data:`~skbayes_sg.preconditioning.MAX_DENSE_PARAMS` parameters with
+    ``cholesky="full"``, its diagonal ``H_jj^(-1/2)`` beyond and with ``cholesky="diag"``),
+    the identity otherwise. ``M`` is what the RMSprop ascent adapts, in ``extra["L"]``;
+    ``extra["L0"]`` holds ``L0`` (None for the identity). Adapting ``M`` is adapting ``L``
+    in the coordinates ``z = L0^-1 theta``: the data term of the gradient becomes
+    ``[(L0' a) b']_lower`` and the entropy's ``beta diag(1 / M_ii)`` (``log|L| = log|L0| +
+    log|M|``). :meth:`end_adaptation` multiplies the two once, so that the frozen kernel
+    costs what it costs with the paper's start.
     """
 
     requires_full_data = True
@@ -68,7 +134,12 @@ class GadSampler(BaseSampler):
             raise ValueError(f"{name}: target_accept must be a number in (0, 1); got {ta!r}.")
         self._check_positive("learning_rate")
         self._check_positive("beta_rate")
-        self._check_positive("init_scale", allow_auto=True, allow_none=True)
+        if not (isinstance(self.init_scale, str) and self.init_scale in INIT_SCALES):
+            try:
+                self._check_positive("init_scale", allow_none=True)
+            except ValueError:
+                raise ValueError(f"{name}: init_scale must be 'map', 'auto', None (the paper's 0.1 / sqrt(P)) "
+                                 f"or a positive number; got {self.init_scale!r}.") from None
         if self.cholesky not in CHOLESKY_KINDS:
             raise ValueError(f"{name}: cholesky must be one of {CHOLESKY_KINDS}; got {self.cholesky!r}.")
 
@@ -77,46 +148,83 @@ class GadSampler(BaseSampler):
         return float("nan"), {}
 
     # -- state ----------------------------------------------------------------------------
-    def _auto_scale_constant(self, n_params):
-        """``c(P)`` of ``init_scale="auto"``: the optimal isotropic proposal scale in units
-        of the stiffest direction's standard deviation ``1 / sqrt(lambda_max)``."""
+    def _optimal_scale(self, n_params):
+        """``c(P)``: the optimal scale of the proposal for a standard Gaussian target in P
+        dimensions, as a multiple of the target's sd."""
         raise NotImplementedError
 
-    def initial_scale(self, n_params, model=None, theta=None):
-        """Diagonal of the initial ``L``.
+    def _correlation_correction(self, curvature, theta, n_params):
+        """Factor on ``c(P)`` for a Gaussian target whose curvature ``R`` (an object with
+        ``hessian_vector_product``) has a unit diagonal but is not the identity; 1 here."""
+        return 1.0
 
-        ``init_scale`` as given; None: the paper's ``0.1 / sqrt(P)`` (section 4.2);
-        ``"auto"``: ``c(P) / sqrt(lambda_max)``, with ``lambda_max`` the largest curvature
-        of the negative log posterior at ``theta`` (a few dozen Hessian-vector products)
-        and ``c(P)`` the optimal scale of an isotropic proposal (:meth:`_auto_scale_constant`).
+    def initial_factor(self, n_params, model=None, theta=None):
+        """``(L0, m0)``: the fixed base factor (or None) and the initial ``M = m0 I``.
+
+        ``init_scale="map"``: ``L0`` from the curvature at ``theta``
+        (:func:`~skbayes_sg.preconditioning.curvature_factor`, ``L0 L0' = H^-1``) and ``m0 =
+        c(P)``, so the first proposal is the optimally scaled one for the Laplace
+        approximation at ``theta`` (with a diagonal ``L0``, ``c(P)`` corrected for the
+        correlations it leaves, :meth:`_correlation_correction`). A model with more than
+        :data:`~skbayes_sg.preconditioning.MAX_DENSE_PARAMS` parameters and no closed-form
+        Hessian diagonal starts as with ``"auto"`` instead. None: the paper's ``L = 0.1 /
+        sqrt(P) I`` (section 4.2). ``"auto"``: ``c(P) / sqrt(lambda_max)``, ``lambda_max``
+        the largest curvature at ``theta`` (a few dozen Hessian-vector products). A number:
+        ``L = init_scale I``.
         """
         if self.init_scale is None:
-            return 0.1 / math.sqrt(n_params)
-        if isinstance(self.init_scale, str):
+            return None, 0.1 / math.sqrt(n_params)
+        if self.init_scale == "map":
+            kind = "diag" if self.cholesky == "diag" else resolve_preconditioner("auto", n_params)
+            if (kind == "diag" and n_params > preconditioning.MAX_DENSE_PARAMS
+                    and not _has_closed_form_diagonal(model)):
+                # Model's default diagonal stacks P Hessian-vector products into a dense (P, P)
+                # Hessian: for a DRBM of thousands of weights that is hours of full-data passes
+                # and hundreds of MB per chain. The isotropic start of "auto" needs a few dozen.
+                return None, self._optimal_scale(n_params) / math.sqrt(largest_curvature(model, theta))
+            try:
+                L0 = curvature_factor(model, theta, kind)
+            except ValueError as err:
+                raise ValueError(f"{type(self).__name__}(init_scale='map'): the curvature at the chain's start is "
+                                 "not finite; start elsewhere (init), or use init_scale='auto' or None.") from err
+            scale = self._optimal_scale(n_params)
+            if L0.ndim == 1:
+                # A diagonal L0 whitens the scales but leaves the correlations: in z =
+                # theta / L0 the curvature R = L0 H L0 has a unit diagonal, not unit
+                # eigenvalues (unscaled features, or a column of ones next to features with
+                # non-zero means, give eigenvalues from 0.01 to 20), and c(P) is optimal only
+                # for R = I.
+                scale *= self._correlation_correction(_DiagonallyScaled(model, L0), theta, n_params)
+            return L0, scale
+        if self.init_scale == "auto":
             lam = largest_curvature(model, theta)
-            return self._auto_scale_constant(n_params) / math.sqrt(lam)
-        return float(self.init_scale)
+            return None, self._optimal_scale(n_params) / math.sqrt(lam)
+        return None, float(self.init_scale)
 
     def init_state(self, theta0, target, rng, step_size=None):
-        """State at ``theta0``: ``L = init_scale * I``, ``beta = 1``, adapting.
+        """State at ``theta0``: ``L = L0 M`` with ``M = m0 I`` (:meth:`initial_factor`), ``beta = 1``.
 
         Evaluates the full-data log posterior and its gradient at ``theta0`` once; both are
         cached in the state and refreshed only when a proposal is accepted.
         """
         theta = np.array(theta0, dtype=float)
         n = theta.size
-        scale = self.initial_scale(n, target.model, theta)
+        L0, scale = self.initial_factor(n, target.model, theta)
         full = self.cholesky == "full"
         L = scale * np.eye(n) if full else np.full(n, scale)
         log_p, grad = target.log_posterior_and_grad(theta)
+        grad = np.array(grad, dtype=float)
         extra = {
             "L": L,
+            "L0": L0,
             "beta": 1.0,
             "G": np.zeros_like(L),
             "n_rms": 0,
             "diag_floor": _DIAG_FLOOR_FRACTION * scale,
             "log_p": float(log_p),
-            "grad": np.array(grad, dtype=float),
+            "grad": grad,
+            # The gradient in the coordinates M acts in, L0' grad log pi(x).
+            "w": factor_tmul(L0, grad),
             "adapting": True,
             "accepted": 0.0,
             "accept_prob": 0.0,
@@ -141,12 +249,15 @@ class GadSampler(BaseSampler):
         """Freeze ``L`` and ``beta``: from now on the chain is a fixed MH kernel.
 
         Called by the fit loop once, before the first iteration after burn-in (and at the
-        start of a ``warm_start`` continuation, where it changes nothing). The RMSprop
-        buffers are dropped.
+        start of a ``warm_start`` continuation, where it changes nothing). ``L = L0 M`` is
+        formed once (one triangular matrix product) and the RMSprop buffers are dropped.
         """
         extra = state.extra
         if extra["adapting"]:
             extra["adapting"] = False
+            extra["L"] = compose(extra["L0"], extra["L"])
+            extra["L0"] = None
+            extra["w"] = extra["grad"]
             for key in ("G", "buf", "tmp", "tril"):
                 extra.pop(key, None)
             self._refresh_cache(state)
@@ -205,6 +316,11 @@ class GadSampler(BaseSampler):
         ``a = -(grad log pi(x) - grad log pi(y)) / 2``,
         ``b = L' (grad log pi(x) - grad log pi(y)) / 2 + epsilon`` (supplement B). With
         ``cholesky="diag"`` only the diagonal of the outer product is kept.
+
+        With a base factor ``L0`` (``L = L0 M``, ``M`` adapted) the caller passes ``a`` in
+        ``M``'s coordinates, ``L0' a``: by the chain rule ``dF / dM = L0' (dF / dL)``, whose
+        lower triangle is ``[(L0' a) b']_lower`` because ``L0`` is lower triangular; and
+        ``log|L| = log|L0| + sum log M_ii`` gives the entropy term ``beta diag(1 / M_ii)``.
         """
         extra = state.extra
         L = extra["L"]
@@ -265,14 +381,14 @@ class GadSampler(BaseSampler):
         """
         extra = state.extra
         n, na = extra["n_steps"], extra["n_adapt_steps"]
-        L = extra["L"]
+        L = compose(extra.get("L0"), extra["L"])
         out = {
             "acceptance_rate": extra["n_accepted"] / n if n else float("nan"),
             "adapt_acceptance_rate": extra["n_adapt_accepted"] / na if na else float("nan"),
             "n_accepted": int(extra["n_accepted"]),
             "entropy_weight": float(extra["beta"]),
         }
-        out["proposal_cholesky" if L.ndim == 2 else "proposal_scale"] = L.copy()
+        out["proposal_cholesky" if L.ndim == 2 else "proposal_scale"] = np.array(L)
         return out
 
 

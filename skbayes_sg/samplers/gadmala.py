@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ._gad_common import GadSampler, metropolis_accept
+from ._gad_common import GadSampler, factor_mul, factor_tmul, metropolis_accept
 
 
 class GadMALA(GadSampler):
@@ -38,26 +38,47 @@ class GadMALA(GadSampler):
     evaluation and two triangular products, ``L u`` and ``L' grad log pi(y)``, O(P^2): the
     gradient and ``L' grad log pi(x)`` of the current state are cached.
 
+    By default (``init_scale="map"``) the proposal starts from the curvature at the chain's
+    start, the MAP under the estimators' ``init="map"``: ``L = c(P) L0`` with ``L0 L0' =
+    H^-1``, the optimally scaled MALA proposal for the Laplace approximation, and the
+    adaptation refines ``M`` in ``L = L0 M`` (see :class:`~._gad_common.GadSampler`). The
+    proposal is then right in scale and correlation from the first iteration, whatever the
+    units of the features, and the estimators' default burn-in (1,000 iterations of
+    ``n_iter=5000``) is enough. While adapting, an iteration costs two more triangular
+    products (``L0 (M u)`` and ``M' (L0' g)``).
+
     Parameters
     ----------
     target_accept : float, default=0.55
         The average acceptance probability ``alpha*`` that ``beta`` steers to; the paper
         uses 0.55 for MALA.
     learning_rate : float, default=1.5e-4
-        RMSprop's baseline rate ``eta``: ``rho_t = eta / (1 + sqrt(G_t))`` (section 2.1).
-        The value of the paper's experiments; it lowers it to 1e-5 for P = 785. Since an
-        RMSprop step moves each entry of ``L`` by at most a few ``eta``, the burn-in must be
-        long enough for ``L`` to reach the posterior's scale from ``init_scale``: about
-        ``scale / (3 eta)`` iterations (standardised features help).
+        RMSprop's baseline rate ``eta``: ``rho_t = eta / (1 + sqrt(G_t))`` (section 2.1),
+        the value of the paper's experiments (it lowers it to 1e-5 for P = 785). An RMSprop
+        step moves each entry of the adapted factor by at most a few ``eta``, in that
+        factor's units: posterior sds with ``init_scale="map"`` (``M``, which starts at
+        ``c(P) ~ 1``), so the adaptation refines the start by up to ~10% per 1,000
+        iterations; theta's units otherwise, where the burn-in must be long enough for ``L``
+        to grow from its start to the posterior's scale, about ``scale / (3 eta)``
+        iterations.
     cholesky : {"full", "diag"}, default="full"
         ``"full"`` adapts a lower-triangular ``L`` (any correlation, O(P^2) per iteration),
-        ``"diag"`` a diagonal one (O(P)).
-    init_scale : float, "auto" or None, default=None
-        Initial ``L = init_scale * I``. None uses the paper's ``0.1 / sqrt(P)``. ``"auto"``
-        uses ``1.65 P^(-1/6) / sqrt(lambda_max)``, the optimal isotropic MALA scale
-        (Roberts & Rosenthal 1998) for the stiffest direction of the posterior at the
-        initial point, found from a few dozen Hessian-vector products: far fewer adapting
-        iterations are then needed when the posterior's scale is far from 0.1.
+        ``"diag"`` a diagonal one (O(P)). A diagonal proposal mixes slowly on strongly
+        correlated posteriors (unscaled features with non-zero means, whose weights are
+        correlated with the intercept): use ``"full"`` there.
+    init_scale : "map", "auto", float or None, default="map"
+        The initial proposal. ``"map"``: ``L = c(P) L0``, ``c(P) = 1.65 P^(-1/6)`` (the
+        optimal MALA scale for a standard Gaussian, Roberts & Rosenthal 1998) and ``L0``
+        the Cholesky factor of the inverse Hessian of the negative log posterior at the
+        chain's start (:func:`~skbayes_sg.preconditioning.curvature_factor`): dense up to
+        :data:`~skbayes_sg.preconditioning.MAX_DENSE_PARAMS` parameters, its diagonal
+        ``H_jj^(-1/2)`` beyond and with ``cholesky="diag"``, where ``c(P)`` is multiplied by
+        ``(P / tr(R^3))^(1/6)`` for the correlations ``R = L0 H L0`` the diagonal leaves.
+        The diagonal floor is then 1/20 of each coordinate's start. None: the paper's
+        ``L = 0.1 / sqrt(P) I`` (section 4.2), with which the paper's tables are
+        reproduced (``benchmarks/gadmala.py``). ``"auto"``: ``L = c(P) / sqrt(lambda_max) I``
+        for the stiffest direction at the start (a few dozen Hessian-vector products). A
+        number: ``L = init_scale I``.
     beta_rate : float, default=0.02
         ``rho_beta`` of the ``beta`` update (Algorithm 1).
 
@@ -72,6 +93,11 @@ class GadMALA(GadSampler):
     The fit loop must call :meth:`end_adaptation` when burn-in ends; driven by hand,
     call it yourself before collecting draws.
 
+    ``init_scale="map"`` takes the curvature where the chain starts. With the estimators'
+    ``init="map"`` (the default) that is the MAP; from ``init="zeros"`` or a given start
+    it is the curvature there, which the adaptation can correct only by some 10% per
+    1,000 iterations at the default ``learning_rate``.
+
     References
     ----------
     .. [1] Titsias, M. K. and Dellaportas, P. (2019). Gradient-based adaptive Markov chain
@@ -84,7 +110,7 @@ class GadMALA(GadSampler):
     >>> clf = SGBayesLogisticRegression(sampler=GadMALA(), batch_size=None)
     """
 
-    def __init__(self, target_accept=0.55, learning_rate=1.5e-4, cholesky="full", init_scale=None,
+    def __init__(self, target_accept=0.55, learning_rate=1.5e-4, cholesky="full", init_scale="map",
                  beta_rate=0.02):
         self.target_accept = target_accept
         self.learning_rate = learning_rate
@@ -92,49 +118,106 @@ class GadMALA(GadSampler):
         self.init_scale = init_scale
         self.beta_rate = beta_rate
 
-    def _auto_scale_constant(self, n_params):
+    def _optimal_scale(self, n_params):
+        """``1.65 P^(-1/6)``: MALA's optimal ``sqrt(h)`` on a standard Gaussian, acceptance
+        0.574 (Roberts & Rosenthal 1998), next to the paper's 0.55 target."""
         return 1.65 * n_params ** (-1.0 / 6.0)
 
+    def _correlation_correction(self, curvature, theta, n_params, n_probes=20):
+        """``(P / tr(R^3))^(1/6)``: MALA's optimal scale for a Gaussian of curvature ``R``.
+
+        MALA's log acceptance ratio on ``N(0, R^-1)`` is, to leading order, ``-C h^3
+        sum_i lambda_i^3`` (Roberts & Rosenthal 1998): the acceptance depends on ``h`` and
+        ``R`` through ``h^3 tr(R^3)``, so the ``h = c(P)^2`` optimal at ``R = I`` (``tr = P``)
+        becomes ``c(P)^2 (P / tr(R^3))^(1/3)``. ``tr(R^3)`` exactly from the ``P`` columns of
+        ``R`` when ``P <= 2 n_probes``; beyond, by Hutchinson's estimator ``mean_k (R v_k)' R
+        (R v_k)`` over ``n_probes`` fixed Rademacher vectors (two Hessian-vector products
+        each; the sixth root divides its relative error by six).
+        """
+        if n_params <= 2 * n_probes:
+            R = np.column_stack([curvature.hessian_vector_product(theta, e) for e in np.eye(n_params)])
+            R = 0.5 * (R + R.T)
+            tr3 = float(np.sum(R * (R @ R)))
+        else:
+            rng = np.random.default_rng(0)
+            total = 0.0
+            for _ in range(n_probes):
+                v = rng.choice((-1.0, 1.0), size=n_params)
+                Rv = curvature.hessian_vector_product(theta, v)
+                total += float(Rv @ curvature.hessian_vector_product(theta, Rv))
+            tr3 = total / n_probes
+        return (n_params / tr3) ** (1.0 / 6.0) if np.isfinite(tr3) and tr3 > 0 else 1.0
+
     def _refresh_cache(self, state):
-        """``L' grad log pi(x)`` for the current ``x`` and ``L``."""
-        L, grad = state.extra["L"], state.extra["grad"]
-        state.extra["Lt_grad"] = L.T @ grad if L.ndim == 2 else L * grad
+        """``L' grad log pi(x) = M' (L0' grad log pi(x))`` for the current ``x`` and ``L``."""
+        state.extra["Lt_grad"] = factor_tmul(state.extra["L"], state.extra["w"])
 
     def step(self, state, target, rng):
         """One gadMALA iteration: propose, adapt ``L`` (burn-in), accept or reject, adapt ``beta``."""
         extra = state.extra
+        if extra["adapting"]:
+            return self._adapting_step(state, target, rng)
+        # The frozen kernel, most of a fit's iterations: one gradient, two products with L,
+        # and as few other array operations as the M-H ratio needs (on small problems they
+        # cost as much as the gradient).
         L = extra["L"]
+        x = state.theta
+        eps = rng.standard_normal(x.size)
+        u = extra["Lt_grad"] * 0.5
+        u += eps
         full = L.ndim == 2
-        x, g_x = state.theta, extra["grad"]
+        y = L @ u if full else L * u
+        y += x
+        log_p_y, g_y = target.log_posterior_and_grad(y)
+        Lt_g_y = L.T @ g_y if full else L * g_y
+        d = Lt_g_y * 0.5
+        d += u
+        log_ratio = float(log_p_y - extra["log_p"] - 0.5 * (d @ d - eps @ eps))
+        accepted = metropolis_accept(log_ratio, rng)
+        self._record(state, log_ratio, accepted)
+        if accepted:
+            state.theta = y
+            extra["log_p"] = float(log_p_y)
+            extra["grad"] = extra["w"] = g_y
+            extra["Lt_grad"] = Lt_g_y
+        return state
+
+    def _adapting_step(self, state, target, rng):
+        """A burn-in iteration: as :meth:`step`, with the RMSprop step on ``L`` (``M``) and
+        the ``beta`` update of Algorithm 1, and ``L = L0 M`` applied as two factors."""
+        extra = state.extra
+        L, L0 = extra["L"], extra["L0"]
+        x, w_x = state.theta, extra["w"]
         eps = rng.standard_normal(x.size)
         u = 0.5 * extra["Lt_grad"]
         u += eps
-        y = x + (L @ u if full else L * u)
+        y = x + factor_mul(L0, factor_mul(L, u))
         log_p_y, g_y = target.log_posterior_and_grad(y)
-        Lt_g_y = L.T @ g_y if full else L * g_y
+        # While adapting with a base factor, L = L0 M is never formed (O(P^3) per change of
+        # M): L' g = M' (L0' g), two triangular products, and L0' g is what the adaptation uses.
+        w_y = factor_tmul(L0, g_y)
+        Lt_g_y = factor_tmul(L, w_y)
         d = 0.5 * Lt_g_y
         d += u
         log_ratio = float(log_p_y - extra["log_p"] - 0.5 * (d @ d - eps @ eps))
         accepted = metropolis_accept(log_ratio, rng)
-        adapting = extra["adapting"]
         self._record(state, log_ratio, accepted)
-        if adapting:
-            if -math.inf < log_ratio < 0.0:
-                # b = u - L'g_y / 2 = L'(g_x - g_y) / 2 + epsilon, reusing both cached products.
-                b = 0.5 * Lt_g_y
-                np.subtract(u, b, out=b)
-                self._adapt(state, -0.5 * (g_x - g_y), b)
-            else:
-                self._adapt(state, None, None)
-            self._update_beta(state, accepted)
+        if -math.inf < log_ratio < 0.0:
+            # b = u - L'g_y / 2 = L'(g_x - g_y) / 2 + epsilon, reusing both cached products;
+            # a = -(g_x - g_y) / 2 in M's coordinates, L0' a.
+            b = 0.5 * Lt_g_y
+            np.subtract(u, b, out=b)
+            self._adapt(state, -0.5 * (w_x - w_y), b)
+        else:
+            self._adapt(state, None, None)
+        self._update_beta(state, accepted)
         if accepted:
             state.theta = y
             extra["log_p"] = float(log_p_y)
             extra["grad"] = g_y
-            extra["Lt_grad"] = Lt_g_y
-        if adapting:
-            # L has moved: the cached L' grad log pi(x) is stale whether or not y was taken.
-            self._refresh_cache(state)
+            extra["w"] = w_y
+        # L has moved: the cached L' grad log pi(x) is stale whether or not y was taken.
+        self._refresh_cache(state)
         return state
 
 
@@ -158,12 +241,16 @@ class GadRWM(GadSampler):
     target_accept : float, default=0.25
         ``alpha*``; about 1/4 is optimal for random-walk proposals (section 2).
     learning_rate : float, default=5e-5
-        RMSprop's baseline rate ``eta`` (section 4.2's value for gadRWM).
+        RMSprop's baseline rate ``eta`` (section 4.2's value for gadRWM), in the units of
+        the adapted factor (see :class:`GadMALA`).
     cholesky : {"full", "diag"}, default="full"
-    init_scale : float, "auto" or None, default=None
-        Initial ``L = init_scale * I``; None uses ``0.1 / sqrt(P)``; ``"auto"`` uses
-        ``2.38 / sqrt(P lambda_max)``, the optimal isotropic random-walk scale (Roberts,
-        Gelman & Gilks 1997) for the stiffest direction at the initial point.
+    init_scale : "map", "auto", float or None, default="map"
+        ``"map"``: ``L = c(P) L0``, ``c(P) = 2.38 / sqrt(P)`` (the optimal random-walk scale,
+        Roberts, Gelman & Gilks 1997) and ``L0 L0' = H^-1`` at the chain's start, as for
+        :class:`GadMALA` (with a diagonal ``L0``, ``c(P)`` needs no correction: the
+        random walk's acceptance depends on ``h tr(R) = h P``). None: the paper's ``0.1 /
+        sqrt(P) I``. ``"auto"``: ``2.38 / sqrt(P lambda_max) I``, for the stiffest direction
+        at the start. A number: ``L = init_scale I``.
     beta_rate : float, default=0.02
         ``rho_beta`` of the ``beta`` update.
 
@@ -183,7 +270,7 @@ class GadRWM(GadSampler):
     >>> reg = SGBayesLinearRegression(sampler=GadRWM(), batch_size=None)
     """
 
-    def __init__(self, target_accept=0.25, learning_rate=5e-5, cholesky="full", init_scale=None,
+    def __init__(self, target_accept=0.25, learning_rate=5e-5, cholesky="full", init_scale="map",
                  beta_rate=0.02):
         self.target_accept = target_accept
         self.learning_rate = learning_rate
@@ -191,16 +278,18 @@ class GadRWM(GadSampler):
         self.init_scale = init_scale
         self.beta_rate = beta_rate
 
-    def _auto_scale_constant(self, n_params):
+    def _optimal_scale(self, n_params):
+        """``2.38 / sqrt(P)``: the optimal random-walk scale on a standard Gaussian,
+        acceptance 0.234 (Roberts, Gelman & Gilks 1997)."""
         return 2.38 / math.sqrt(n_params)
 
     def step(self, state, target, rng):
         """One gadRWM iteration: propose, adapt ``L`` (burn-in), accept or reject, adapt ``beta``."""
         extra = state.extra
-        L = extra["L"]
+        L, L0 = extra["L"], extra["L0"]
         x = state.theta
         eps = rng.standard_normal(x.size)
-        y = x + (L @ eps if L.ndim == 2 else L * eps)
+        y = x + factor_mul(L0, factor_mul(L, eps))
         log_p_y, g_y = target.log_posterior_and_grad(y)
         log_ratio = float(log_p_y - extra["log_p"])
         accepted = metropolis_accept(log_ratio, rng)
@@ -208,7 +297,8 @@ class GadRWM(GadSampler):
         self._record(state, log_ratio, accepted)
         if adapting:
             if -math.inf < log_ratio < 0.0 and np.isfinite(g_y).all():
-                self._adapt(state, g_y, eps)
+                # a = grad log pi(y) in M's coordinates, L0' grad log pi(y).
+                self._adapt(state, factor_tmul(L0, g_y), eps)
             else:
                 self._adapt(state, None, None)
             self._update_beta(state, accepted)
