@@ -341,7 +341,7 @@ def plot_defaults(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
     methods = [*DEFAULT_FITS, "NUTS"]
     width = 0.8 / len(methods)
     for ax, scaling in zip(axes, ("standardised", "raw")):
@@ -353,8 +353,9 @@ def plot_defaults(rows, path):
         ax.set_yscale("log")
         ax.set_title(f"{scaling} features: estimator defaults vs blackjax NUTS")
     axes[0].set_ylabel("min ESS per second (whole fit)")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(methods), fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
 
 

@@ -7,10 +7,9 @@ from scipy.stats import multivariate_normal
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression, preconditioning
 from skbayes_sg.minibatch import MinibatchGradient
-from skbayes_sg.models import LinearRegressionModel, LogisticModel
+from skbayes_sg.models import LogisticModel
 from skbayes_sg.models._base import Model
 from skbayes_sg.samplers import GadMALA, GadRWM, get_sampler
-from skbayes_sg.samplers._gad_common import compose
 
 from ._exact import assert_matches_gaussian, conjugate_regression
 
@@ -453,7 +452,7 @@ def unscaled_regression(N=300, seed=0, noise_sd=0.5):
 
 
 def sampled_noise_reference(X, y, alpha, a=1e-6, b=1e-6, n_grid=2001):
-    """Exact posterior mean and sd of ``(w, b, s = log tau)`` of :class:`LinearRegressionModel`.
+    """Exact posterior mean and sd of ``(w, b, s = log tau)`` of ``LinearRegressionModel``.
 
     Given ``tau`` the weights are conjugate, ``N(m(tau), S(tau))`` with ``S = (tau G + alpha
     I)^-1``, ``m = tau S c`` (``G = Xa'Xa``, ``c = Xa'y``); the marginal of ``s`` is
