@@ -94,6 +94,9 @@ class ChainRunner:
         else:
             self.state = sampler.init_state(start, self.target, self.rng, step_size)
         self.n_iter, self.n_burn = n_iter, n_burn
+        # Adaptation ends where the first schedule's burn-in ends; an extended run may
+        # discard more (``extend``) but never adapts again.
+        self.n_adapt = n_burn
         self.eff_thin, n_draws = draw_schedule(n_iter, n_burn, thin, max_draws)
         self.draws = np.empty((n_draws, model.n_params))
         self.stats = np.empty((n_draws, len(sampler._stat_names)))
@@ -114,6 +117,35 @@ class ChainRunner:
     def done(self):
         return self.t >= self.n_iter
 
+    def extend(self, n_iter, n_burn, eff_thin):
+        """Lengthen the run to ``n_iter`` iterations, discarding the first ``n_burn``.
+
+        The draws kept so far that lie on the new grid (iterations ``t`` with
+        ``(t + 1 - n_burn) % eff_thin == 0`` past ``n_burn``) are kept, so the stored
+        record stays evenly spaced, exactly what one run with the new schedule would have
+        stored. That needs ``eff_thin`` to be a multiple of the current thinning and
+        ``n_burn`` to lie on the current grid modulo ``eff_thin``
+        (:func:`skbayes_sg._run_length.next_schedule` chooses them so).
+        """
+        if n_iter < self.t or n_burn < self.n_burn or eff_thin % self.eff_thin or (n_burn - self.n_burn) % eff_thin:
+            raise ValueError(
+                f"cannot extend a chain at iteration {self.t} (burn-in {self.n_burn}, thinning {self.eff_thin}) to "
+                f"n_iter={n_iter}, n_burn={n_burn}, thinning {eff_thin}.")
+        iteration = self.n_burn + (np.arange(self.k) + 1) * self.eff_thin - 1
+        on_grid = (iteration >= n_burn) & ((iteration + 1 - n_burn) % eff_thin == 0)
+        n_draws = (n_iter - n_burn) // eff_thin
+        draws = np.empty((n_draws, self.draws.shape[1]))
+        stats = np.empty((n_draws, self.stats.shape[1]))
+        k = int(on_grid.sum())
+        draws[:k], stats[:k] = self.draws[:self.k][on_grid], self.stats[:self.k][on_grid]
+        self.draws, self.stats, self.k = draws, stats, k
+        self.n_iter, self.n_burn, self.eff_thin = n_iter, n_burn, eff_thin
+        return self
+
+    def kept_draws(self):
+        """The draws stored so far, shape (k, P) (a view)."""
+        return self.draws[:self.k]
+
     def advance(self, n_steps=None):
         """Run up to ``n_steps`` more iterations (all remaining if None); return self."""
         sampler, state, target, rng = self.sampler, self.state, self.target, self.rng
@@ -126,7 +158,7 @@ class ChainRunner:
         with np.errstate(over="ignore", invalid="ignore"):
             for t in range(self.t, stop):
                 state = sampler.step(state, target, rng)
-                if t + 1 == self.n_burn:
+                if t + 1 == self.n_adapt:
                     sampler.end_adaptation(state)
                 keep = t >= first_kept and (t - first_kept) % self.eff_thin == 0 and self.k < n_draws
                 if keep or t % _CHECK_EVERY == 0:
@@ -196,26 +228,46 @@ def _advance(runner, model, n_steps):
     return runner
 
 
-def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-               seeds, step_size=None, n_jobs=None, verbose=0, control_variate=None):
-    """Run one chain per start in parallel with joblib; results in chain order.
-
-    With ``verbose > 0`` the chains advance in chunks of about a twentieth of ``n_iter``
-    and a progress bar across all chains is updated between chunks (the chains' own
-    randomness travels with them, so the draws are the same as in one call).
-    """
+def start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme, seeds,
+                 step_size=None, control_variate=None):
+    """One :class:`ChainRunner` per start, not yet advanced (the model is detached from
+    them: :func:`advance_chains` passes it to each task)."""
     runners = [ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
                            seed, step_size, control_variate) for start, seed in zip(starts, seeds)]
     for r in runners:
         r.target.model = None
+    return runners
+
+
+def advance_chains(runners, model, n_jobs=None, verbose=0):
+    """Advance every runner to its ``n_iter`` in parallel with joblib; runners in chain order.
+
+    With ``verbose > 0`` the chains advance in chunks of about a twentieth of the
+    remaining iterations and a progress bar across all chains is updated between chunks
+    (the chains' own randomness travels with them, so the draws are the same as in one
+    call).
+    """
     if not verbose:
-        runners = Parallel(n_jobs=n_jobs)(delayed(_advance)(r, model, None) for r in runners)
-        return [r.result() for r in runners]
-    chunk = max(1, -(-n_iter // 20))
+        return Parallel(n_jobs=n_jobs)(delayed(_advance)(r, model, None) for r in runners)
+    remaining = max(r.n_iter - r.t for r in runners)
+    chunk = max(1, -(-remaining // 20))
+    sampler = runners[0].sampler
     with Parallel(n_jobs=n_jobs) as parallel, progress_bar(
-            len(runners) * n_iter, f"{type(sampler).__name__}, {len(runners)} chains") as bar:
+            sum(r.n_iter - r.t for r in runners), f"{type(sampler).__name__}, {len(runners)} chains") as bar:
         while not all(r.done for r in runners):
             before = sum(r.t for r in runners)
             runners = parallel(delayed(_advance)(r, model, chunk) for r in runners)
             bar.update(sum(r.t for r in runners) - before)
-    return [r.result() for r in runners]
+    return runners
+
+
+def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
+               seeds, step_size=None, n_jobs=None, verbose=0, control_variate=None):
+    """Run one chain per start in parallel with joblib; results in chain order.
+
+    See :class:`ChainRunner` for the parameters and :func:`advance_chains` for
+    ``n_jobs`` and ``verbose``.
+    """
+    runners = start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
+                           seeds, step_size, control_variate)
+    return [r.result() for r in advance_chains(runners, model, n_jobs, verbose)]

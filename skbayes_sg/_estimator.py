@@ -20,7 +20,9 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from . import diagnostics
-from ._chains import draw_schedule, run_chains
+from . import _run_length
+from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
+from ._chains import advance_chains, draw_schedule, start_chains
 from .exceptions import GradientNoiseWarning
 from ._geometry import Geometry, build_geometry, noise_probe
 from .minibatch import BATCH_SCHEMES
@@ -37,12 +39,6 @@ AUTO_BATCH_SIZE = 200
 #: expansion is least accurate where the posterior is least Gaussian).
 FULL_DATA_WORK = 200_000
 
-#: ``fit`` warns (``ConvergenceWarning``) when a parameter's rank-normalised split R-hat
-#: exceeds this (Vehtari et al. 2021 recommend 1.01)...
-RHAT_MAX = 1.01
-#: ...or its bulk ESS falls below this many draws per chain (Vehtari et al. 2021: 100
-#: per chain, so 400 for four chains, for reliable R-hat and quantiles).
-ESS_MIN_PER_CHAIN = 100
 #: ``fit`` warns (``GradientNoiseWarning``) when the mean kinetic temperature is off its
 #: target by more than this fraction plus four Monte Carlo standard errors.
 KINETIC_TOLERANCE = 0.1
@@ -72,7 +68,7 @@ class BaseSGBayes(BaseEstimator):
 
     _parameter_constraints = {
         "sampler": [str, HasMethods(["init_state", "step"])],
-        "n_iter": [Interval(Integral, 1, None, closed="left")],
+        "n_iter": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "burn_in": [Interval(Real, 0, 1, closed="left"), Interval(Integral, 0, None, closed="left")],
         "thin": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
@@ -97,12 +93,10 @@ class BaseSGBayes(BaseEstimator):
         raise NotImplementedError
 
     # -- the fit loop --------------------------------------------------------------------
-    def _n_burn(self):
-        if isinstance(self.burn_in, Integral) and not isinstance(self.burn_in, bool) and self.burn_in >= 1:
-            n_burn = int(self.burn_in)
-        else:
-            n_burn = int(round(float(self.burn_in) * self.n_iter))
-        if n_burn >= self.n_iter:
+    def _n_burn(self, sampler):
+        n_iter = _run_length.first_n_iter(self.n_iter, self.burn_in, getattr(sampler, "_min_adaptation", 0))
+        n_burn = _run_length.n_burn_of(self.burn_in, n_iter)
+        if n_burn >= n_iter:
             raise ValueError(
                 f"burn_in={self.burn_in!r} discards {n_burn} of n_iter={self.n_iter} iterations, leaving no "
                 "draws; burn_in must be below n_iter (or a fraction in [0, 1))."
@@ -204,7 +198,7 @@ class BaseSGBayes(BaseEstimator):
                                       self._auto_preconditioner, self._auto_control_variate, self.batch_scheme,
                                       start_at_map=isinstance(self.init, str) and self.init == "map")
             chain_model = geometry.chain_model(model)
-            n_burn = self._n_burn()
+            n_burn = self._n_burn(sampler)
             starts = Geometry.to_chain(chain_model, self._initial_points(model))
             if geometry.L is not None and isinstance(self.init, str) and self.init == "map":
                 # Chains start at draws of the Laplace approximation, N(0, I) in whitened
@@ -229,18 +223,17 @@ class BaseSGBayes(BaseEstimator):
         control_variate = geometry.control_variate(chain_model)
         info = {**info, "gradient": geometry.gradient, "preconditioner": geometry.preconditioner}
 
-        eff_thin, _ = draw_schedule(self.n_iter, n_burn, self.thin, self.max_draws)
-        results = run_chains(
-            sampler, chain_model, list(starts), self.n_iter, n_burn, self.thin, self.max_draws, batch_size,
-            self.batch_scheme, self._seeds(fit_round), step_size=step_size, n_jobs=self.n_jobs,
-            verbose=self.verbose, control_variate=control_variate,
-        )
+        results, summary, blocks = self._run(sampler, chain_model, starts, n_burn, batch_size, step_size,
+                                             fit_round, control_variate, resume)
+        eff_thin, n_run = blocks[-1].eff_thin, blocks[-1].n_iter
+        if self.n_iter == "auto":
+            info["n_iter_blocks"] = [b.n_iter for b in blocks]
         self._geometry = geometry
         draws = np.stack([r.draws for r in results])
         stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
         if resume and streaming:
             n_grad = self.diagnostics_["n_grad_evals"] + sum(r.n_grad_evals for r in results)
-            self.n_iter_ += self.n_iter
+            self.n_iter_ += n_run
         elif resume:
             draws = np.concatenate([self.samples_, draws], axis=1)
             stats = {k: np.concatenate([self.sample_stats_[k], v], axis=1) for k, v in stats.items()}
@@ -251,10 +244,11 @@ class BaseSGBayes(BaseEstimator):
                 stats = {k: v[:, keep] for k, v in stats.items()}
             n_grad = self.diagnostics_["n_grad_evals"] + sum(r.n_grad_evals for r in results)
             info = {**{k: self.diagnostics_[k] for k in _FIT_INFO if k in self.diagnostics_}, **info}
-            self.n_iter_ += self.n_iter
+            self.n_iter_ += n_run
+            summary = None  # the record now spans both fits
         else:
             n_grad = sum(r.n_grad_evals for r in results)
-            self.n_iter_ = self.n_iter
+            self.n_iter_ = n_run
 
         self._chain_states = [r.state for r in results]
         self._fit_round = fit_round
@@ -263,13 +257,41 @@ class BaseSGBayes(BaseEstimator):
         self.sample_stats_ = stats
         self.sample_weight_ = None
         self._model = model.without_data()
-        self.diagnostics_ = self._diagnostics(results, draws, stats, info, n_grad, batch_size, eff_thin)
+        self.diagnostics_ = self._diagnostics(results, draws, stats, info, n_grad, batch_size, eff_thin, summary)
         self._observed_y = y
         self._set_posterior_attributes(self._model)
         if not self._warn_predicted_noise(sampler):
             self._warn_kinetic_temperature(sampler)
         self._warn_convergence()
         return self
+
+    def _run(self, sampler, chain_model, starts, n_burn, batch_size, step_size, fit_round, control_variate,
+             resume):
+        """Run the chains for ``n_iter``, or with ``"auto"`` in blocks until they converge.
+
+        Returns the chains' results, the :func:`~skbayes_sg.diagnostics.summarize` of their
+        draws when it was computed (``"auto"``) or None, and the schedule of every block
+        (:mod:`skbayes_sg._run_length`). A continued fit (``resume``) has no burn-in, and
+        with ``"auto"`` runs until its own draws meet the targets.
+        """
+        n_iter = _run_length.first_n_iter(self.n_iter, None if resume else self.burn_in,
+                                          getattr(sampler, "_min_adaptation", 0))
+        eff_thin, _ = draw_schedule(n_iter, n_burn, self.thin, self.max_draws)
+        blocks = [_run_length.Schedule(n_iter, n_burn, eff_thin)]
+        runners = start_chains(sampler, chain_model, list(starts), n_iter, n_burn, self.thin, self.max_draws,
+                               batch_size, self.batch_scheme, self._seeds(fit_round), step_size, control_variate)
+        runners = advance_chains(runners, chain_model, self.n_jobs, self.verbose)
+        summary = None
+        while self.n_iter == "auto":
+            summary = diagnostics.summarize(np.stack([r.kept_draws() for r in runners]))
+            nxt = _run_length.next_schedule(blocks[-1], summary, None if resume else self.burn_in,
+                                            self.max_draws, len(runners))
+            if nxt is None:
+                break
+            blocks.append(nxt)
+            runners = advance_chains([r.extend(nxt.n_iter, nxt.n_burn, nxt.eff_thin) for r in runners],
+                                     chain_model, self.n_jobs, self.verbose)
+        return [r.result() for r in runners], summary, blocks
 
     def _start_rng(self):
         """Generator of the chains' starting jitter, apart from the chains' own streams."""
@@ -328,8 +350,9 @@ class BaseSGBayes(BaseEstimator):
             and len(self._chain_states) == self.n_chains
         )
 
-    def _diagnostics(self, results, draws, stats, info, n_grad, batch_size, eff_thin):
-        summary = diagnostics.summarize(draws)
+    def _diagnostics(self, results, draws, stats, info, n_grad, batch_size, eff_thin, summary=None):
+        if summary is None:
+            summary = diagnostics.summarize(draws)
         diag = {
             "step_size": results[0].state.step_size,
             **info,
@@ -429,6 +452,11 @@ class BaseSGBayes(BaseEstimator):
             messages.append(
                 f"bulk ESS is below {floor} ({ESS_MIN_PER_CHAIN} per chain) for {low.size} of {ess.size} "
                 f"parameters (lowest: {listed}): increase n_iter, or the step size if the chains move slowly.")
+        if messages and self.n_iter == "auto" and "n_iter_blocks" in self.diagnostics_:
+            messages.append(
+                f"n_iter='auto' stopped at its ceiling of {self.diagnostics_['n_iter_blocks'][-1]} iterations per "
+                "chain: the chains move too slowly for it. Use a larger step size, a sampler that mixes faster, "
+                "or an explicit, larger n_iter.")
         if messages:
             warnings.warn(f"{type(self).__name__}: " + " Also, ".join(messages), ConvergenceWarning, stacklevel=3)
 

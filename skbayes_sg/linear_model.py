@@ -20,11 +20,19 @@ _COMMON_DOC = """
         be tuned as ``sampler__step_size`` in ``GridSearchCV``. The default, mCCAdL,
         controls the parameter-dependent minibatch noise that biases SGHMC and SGNHT (see
         :class:`~skbayes_sg.samplers.MCCAdL`).
-    n_iter : int, default=5000
-        Sampler iterations per chain, burn-in included.
+    n_iter : int or "auto", default="auto"
+        Sampler iterations per chain, burn-in included. ``"auto"`` runs the chains in
+        blocks (1,000 iterations, then as many more as the diagnostics predict are needed)
+        until every parameter's bulk ESS reaches 1,000 (a Monte Carlo error of every
+        posterior mean of at most 0.032 posterior sd), every tail ESS 100 per chain and
+        every split R-hat is below 1.01, or until 100,000 iterations per chain, with a
+        ``ConvergenceWarning`` if the targets were not met. The fit is then as short as
+        the posterior allows, and its draws are those a fit with the final ``n_iter``
+        would have kept (see :ref:`run-length`); the blocks are in
+        ``diagnostics_["n_iter_blocks"]``.
     burn_in : float in [0, 1) or int, default=0.2
-        Iterations discarded at the start of each chain: a fraction of ``n_iter`` or a
-        count (which must be below ``n_iter``).
+        Iterations discarded at the start of each chain: a fraction of ``n_iter`` (of the
+        final length with ``"auto"``) or a count (which must be below ``n_iter``).
     thin : int, default=1
         Keep every ``thin``-th iteration after burn-in.
     batch_size : int, "auto" or None, default="auto"
@@ -63,7 +71,8 @@ _COMMON_DOC = """
     warm_start : bool, default=False
         When True, a second ``fit`` continues every chain from its last state (sampler
         state, step size and thermostat included) for ``n_iter`` more iterations with no
-        burn-in, and appends the new draws.
+        burn-in (with ``"auto"``: until the new draws alone meet the targets), and
+        appends the new draws.
     max_draws : int or None, default=1000
         At most this many draws are stored per chain: thinning is raised above ``thin``
         when needed, so memory stays at ``n_chains * max_draws * n_params`` floats however
@@ -79,7 +88,8 @@ _ATTR_DOC = """
     sample_stats_ : dict of ndarray of shape (n_chains, n_draws)
         Per-draw sampler statistics (thermostat ``xi``, kinetic temperature...).
     n_iter_ : int
-        Iterations run per chain (accumulated over ``warm_start`` continuations).
+        Iterations run per chain (accumulated over ``warm_start`` continuations): with
+        ``n_iter="auto"``, the length the run stopped at.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Defined only when X has feature names that are all strings.
@@ -137,7 +147,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     (2, 2)
     """
 
-    def __init__(self, *, sampler="mccadl", n_iter=5000, burn_in=0.2, thin=1, batch_size="auto",
+    def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in=0.2, thin=1, batch_size="auto",
                  batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None, init="map",
                  alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0):
         self.sampler = sampler
@@ -245,7 +255,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         "noise_prior_rate": [Interval(Real, 0, None, closed="neither")],
     }
 
-    def __init__(self, *, sampler="mccadl", n_iter=5000, burn_in=0.2, thin=1, batch_size="auto",
+    def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in=0.2, thin=1, batch_size="auto",
                  batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None, init="map",
                  alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0,
                  noise_precision=None, noise_prior_shape=1e-6, noise_prior_rate=1e-6):

@@ -155,6 +155,10 @@ class BaseSampler(BaseEstimator):
         """Advance ``state`` by one iteration (may update its arrays in place)."""
         raise NotImplementedError
 
+    #: Burn-in iterations the sampler needs to adapt; the first block of the estimators'
+    #: ``n_iter="auto"`` is made long enough for its burn-in to cover them.
+    _min_adaptation = 0
+
     def end_adaptation(self, state):
         """Called once when burn-in ends: freeze anything adapted during burn-in.
 

@@ -124,6 +124,10 @@ class GadSampler(BaseSampler):
 
     requires_full_data = True
     _stat_names = ("accepted", "accept_prob")
+    #: Iterations of adaptation the estimators' ``n_iter="auto"`` gives (its first block
+    #: is long enough that its burn-in covers them): from the MAP start the adapted
+    #: acceptance has settled by then (``benchmarks/gadmala.py``, budget part).
+    _min_adaptation = 1000
 
     # -- hyperparameters ------------------------------------------------------------
     def validate(self):
@@ -375,7 +379,7 @@ class GadSampler(BaseSampler):
         dict
             ``acceptance_rate``: fraction of accepted proposals after adaptation (NaN if
             none ran); ``adapt_acceptance_rate``: the same during adaptation; ``n_accepted``
-            (int); ``entropy_weight``: the final ``beta``; ``proposal_cholesky`` (P, P), the
+            and ``n_adapt_steps`` (ints, iterations that adapted); ``entropy_weight``: the final ``beta``; ``proposal_cholesky`` (P, P), the
             learned lower-triangular ``L`` with ``cholesky="full"``, or ``proposal_scale``
             (P,), the learned diagonal, with ``cholesky="diag"``.
         """
@@ -386,6 +390,7 @@ class GadSampler(BaseSampler):
             "acceptance_rate": extra["n_accepted"] / n if n else float("nan"),
             "adapt_acceptance_rate": extra["n_adapt_accepted"] / na if na else float("nan"),
             "n_accepted": int(extra["n_accepted"]),
+            "n_adapt_steps": int(na),
             "entropy_weight": float(extra["beta"]),
         }
         out["proposal_cholesky" if L.ndim == 2 else "proposal_scale"] = np.array(L)

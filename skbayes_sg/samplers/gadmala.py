@@ -43,8 +43,9 @@ class GadMALA(GadSampler):
     H^-1``, the optimally scaled MALA proposal for the Laplace approximation, and the
     adaptation refines ``M`` in ``L = L0 M`` (see :class:`~._gad_common.GadSampler`). The
     proposal is then right in scale and correlation from the first iteration, whatever the
-    units of the features, and the estimators' default burn-in (1,000 iterations of
-    ``n_iter=5000``) is enough. While adapting, an iteration costs two more triangular
+    units of the features, and the estimators' default burn-in is enough (1,000
+    iterations: ``n_iter="auto"`` makes its first block 5,000 iterations long for the
+    adaptive samplers). While adapting, an iteration costs two more triangular
     products (``L0 (M u)`` and ``M' (L0' g)``).
 
     Parameters
