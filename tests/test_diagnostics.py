@@ -353,3 +353,18 @@ def test_output_types_and_shapes():
     for bad in (np.zeros(10), np.zeros((1, 2, 3, 4))):
         with pytest.raises(ValueError):
             ess_bulk(bad)
+
+
+def test_average_ranks_match_scipy_with_ties():
+    from scipy import stats
+
+    from skbayes_sg.diagnostics import _average_ranks
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((6, 501))
+    x[1, :40] = 0.0  # a run of ties
+    x[2] = np.round(x[2])  # many runs
+    x[3] = 2.0  # constant
+    x[4] = np.abs(x[4] - np.median(x[4]))  # folded draws tie at the median
+    x[5, -2:] = np.inf
+    np.testing.assert_array_equal(_average_ranks(x), stats.rankdata(x, method="average", axis=1))
