@@ -221,3 +221,59 @@ def test_row_norms_are_lazy_and_operators_pickle_without_the_model():
     restored = pickle.loads(pickle.dumps(ops))
     assert restored.total_sum_of_squares() == pytest.approx(expected, rel=1e-12)
     assert len(pickle.dumps(ops)) < X.nbytes  # ten rows, not the model's forty
+
+
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "linreg_noint"])
+def test_gradient_differences_from_the_cached_centre_are_two_evaluations(name, tmp_path):
+    """In-memory X: the centre's residuals come from a per-row cache, gathered per minibatch.
+    Every kind of row index gets its own rows' terms; a new centre replaces the cache; the
+    same model on memory-mapped X keeps no cache and gives the same differences."""
+    model = MODELS[name]
+    rng = np.random.default_rng(17)
+    theta, centre, other = _point(model, rng), _point(model, rng), _point(model, rng)
+    mapped = np.lib.format.open_memmap(tmp_path / "X.npy", mode="w+", dtype=float, shape=X.shape)
+    mapped[:] = X
+    kwargs = {"alpha": model.alpha, "fit_intercept": model.fit_intercept}
+    if name == "softmax":
+        kwargs["n_classes"] = model.n_outputs
+    if name.startswith("linreg"):
+        kwargs.update(noise_precision=model.noise_precision, noise_prior_shape=model.noise_prior_shape,
+                      noise_prior_rate=model.noise_prior_rate)
+    on_disk = type(model)(mapped, model.y, **kwargs)
+    for c in (centre, other, centre):
+        for rows in (rng.integers(0, model.n_samples, 12), slice(5, 17), None):
+            diff = model.per_example_gradient_differences(theta, c, rows).to_dense()
+            expected = model.per_example_gradients(theta, rows).to_dense() - \
+                model.per_example_gradients(c, rows).to_dense()
+            np.testing.assert_allclose(diff, expected, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(on_disk.per_example_gradient_differences(theta, c, rows).to_dense(),
+                                       expected, rtol=1e-12, atol=1e-12)
+        assert model._centre_cache[0] == np.asarray(c).tobytes()
+    assert on_disk._centre_cache is None
+    # Shared by every minibatch, the cache cannot be written through.
+    with pytest.raises(ValueError, match="read-only"):
+        model._centre_cache[1][0] = 0.0
+    assert model.without_data()._centre_cache is None
+
+
+@pytest.mark.parametrize("kind", ["dense", "diag"])
+def test_whitened_model_follows_a_position_moved_in_place(kind):
+    """The samplers drift their position in place: the whitened model's memo of ``theta``
+    must follow the values, not the array, and the fixed centre must stay mapped."""
+    from skbayes_sg.models import WhitenedModel
+    from skbayes_sg.preconditioning import curvature_factor
+
+    model = MODELS["logistic"]
+    rng = np.random.default_rng(18)
+    m = _point(model, rng)
+    wm = WhitenedModel(model, m, curvature_factor(model, m, kind))
+    z, z_hat = rng.normal(size=model.n_params), rng.normal(size=model.n_params)
+    rows = rng.integers(0, model.n_samples, 15)
+    for _ in range(3):
+        got = wm.per_example_gradient_differences(z, z_hat, rows)
+        prior = wm.grad_log_prior(z)
+        fresh = WhitenedModel(model, m, wm.L)
+        np.testing.assert_array_equal(got.to_dense(),
+                                      fresh.per_example_gradient_differences(z.copy(), z_hat.copy(), rows).to_dense())
+        np.testing.assert_array_equal(prior, fresh.grad_log_prior(z.copy()))
+        z += 0.3 * rng.normal(size=z.size)  # a drift, in place

@@ -37,12 +37,38 @@ class WhitenedModel(Model):
         self.n_samples = model.n_samples
         self.n_params = model.n_params
         self._row_weight_cache = None
+        # The last two points mapped to theta, keyed by their bytes (see _theta): a
+        # control-variate step maps the fixed centre z_hat and then the position z twice
+        # (for the likelihood and for the prior), each an O(P^2) product.
+        self._theta_memo = {}
 
     # -- coordinates ------------------------------------------------------------------
     def to_theta(self, z):
         """``m + L z`` for ``z`` of shape (P,) or a stack (S, P)."""
         z = np.asarray(z, dtype=float)
         return self.m + (self.L * z if self.L.ndim == 1 else z @ self.L.T)
+
+    def _theta(self, z, slot):
+        """``to_theta(z)`` for one point ``z`` (P,), remembered per ``slot`` while ``z`` keeps its value.
+
+        The key is the bytes of ``z``, not its identity: the samplers move their position in
+        place, so the same array holds a new point after every drift. The result is read-only,
+        since the next caller with the same ``z`` receives the same array.
+        """
+        z = np.asarray(z, dtype=float)
+        key = z.tobytes()
+        hit = self._theta_memo.get(slot)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        theta = self.to_theta(z)
+        theta.flags.writeable = False
+        self._theta_memo[slot] = (key, theta)
+        return theta
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_theta_memo"] = {}  # rebuilt on first use; not worth shipping to a worker
+        return state
 
     def from_theta(self, theta):
         """``L^-1 (theta - m)``."""
@@ -71,11 +97,12 @@ class WhitenedModel(Model):
         return lambda: fn(self.L, idx)
 
     def per_example_gradients(self, z, idx):
-        inner = self.model.per_example_gradients(self.to_theta(z), idx)
+        inner = self.model.per_example_gradients(self._theta(z, "z"), idx)
         return TransformedPerExampleGradients(inner, self.L, self._weights(idx))
 
     def per_example_gradient_differences(self, z, z_hat, idx):
-        inner = self.model.per_example_gradient_differences(self.to_theta(z), self.to_theta(z_hat), idx)
+        # The centre gets its own slot: it never moves, so it is mapped once per chain.
+        inner = self.model.per_example_gradient_differences(self._theta(z, "z"), self._theta(z_hat, "centre"), idx)
         return TransformedPerExampleGradients(inner, self.L, self._weights(idx))
 
     def log_likelihood_and_grad(self, z, idx=None):
@@ -87,7 +114,8 @@ class WhitenedModel(Model):
         return lp, self._right(g)
 
     def grad_log_prior(self, z):
-        return self._right(self.model.grad_log_prior(self.to_theta(z)))
+        # Called right after the likelihood terms at the same z (MinibatchGradient.gradient).
+        return self._right(self.model.grad_log_prior(self._theta(z, "z")))
 
     def log_posterior_and_grad(self, z):
         lp, g = self.model.log_posterior_and_grad(self.to_theta(z))
