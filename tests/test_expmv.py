@@ -155,3 +155,19 @@ def test_c_step_lanczos_on_a_minibatch_covariance():
         f, n_prod = c_step(p, grads, 3.0, 1.0, scale, tol=2.0**-24, method=method)
         assert np.linalg.norm(f - exact) <= 1e-6 * np.linalg.norm(p)
         assert n_prod <= 30
+
+
+@pytest.mark.parametrize("k", [1, 2, 7, 25])
+def test_lanczos_tridiagonal_solver_is_scipys_bit_for_bit(k):
+    """The Lanczos step's direct LAPACK call returns what ``scipy.linalg.eigh_tridiagonal``
+    does (its default driver, without its checks), so the C step's draws are unchanged."""
+    from skbayes_sg.samplers._expmv import _eigh_tridiagonal
+
+    rng = np.random.default_rng(k)
+    d, e = rng.normal(size=k), np.abs(rng.normal(size=k - 1))
+    w, v = _eigh_tridiagonal(d, e)
+    w_ref, v_ref = scipy.linalg.eigh_tridiagonal(d, e)
+    np.testing.assert_array_equal(w, w_ref)
+    np.testing.assert_array_equal(v, v_ref)
+    T = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
+    np.testing.assert_allclose(T @ v, v * w, atol=1e-12 * max(1.0, np.abs(T).max()))

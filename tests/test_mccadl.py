@@ -102,7 +102,21 @@ def test_full_data_is_symmetric_adaptive_langevin():
     _, _, model, m, _ = _linreg_problem()
     _, stats, results = _run(MCCAdL(step_size=0.01), model, m, 300, None, [0], 0.01)
     assert results[0].summary["c_step_products_per_iter"] == 0
+    assert results[0].summary["c_step_lanczos_fraction"] == 0
     assert np.isfinite(stats["xi"]).all()
+
+
+def test_chain_summary_says_which_method_the_c_step_used():
+    """The share of C steps that went to Lanczos: all of them when asked for, none with the
+    Taylor series, and none under "auto" at the auto step, where ||h Sigma~|| is small."""
+    _, _, model, m, _ = _linreg_problem()
+    fractions = {}
+    for method in ("lanczos", "taylor", "auto"):
+        sampler = MCCAdL(expm_method=method)
+        h, _ = sampler.resolve_step_size(model, m)
+        _, _, results = _run(sampler, model, m, 200, 20, [0], h)
+        fractions[method] = results[0].summary["c_step_lanczos_fraction"]
+    assert fractions == {"lanczos": 1.0, "taylor": 0.0, "auto": 0.0}
 
 
 def test_reproducible_and_registered():

@@ -38,8 +38,14 @@ from bisect import bisect_left
 from functools import lru_cache
 
 import numpy as np
-from scipy.linalg import eigh_tridiagonal
+from scipy.linalg import get_lapack_funcs
 from scipy.special import gammaln
+
+# LAPACK's divide-and-conquer tridiagonal eigensolver, the driver scipy's
+# ``eigh_tridiagonal`` picks by default, called directly: the Lanczos iteration solves one
+# small tridiagonal problem per product, and the wrapper's validation cost five times the
+# solve on the 2-20 dimensional T_k of mCCAdL's C step.
+_stevd = get_lapack_funcs("stevd", dtype=np.float64)
 
 #: Default tolerance ``2^-6``. The backward error is a *relative perturbation of Sigma*: the
 #: C step computed to tolerance ``tol`` is the exact C step for some ``Sigma (1 + delta)``,
@@ -152,7 +158,7 @@ def _theta_list(tol, m_max):
     return list(taylor_thetas(tol, m_max))
 
 
-def expmv(t, matvec, b, trace, norm, tol=DEFAULT_TOL, m_max=M_MAX, norm_bound=np.inf):
+def expmv(t, matvec, b, trace, norm, tol=DEFAULT_TOL, m_max=M_MAX, norm_bound=np.inf, degree=None):
     """``exp(t A) b`` by the shifted, scaled, truncated Taylor series (eqs. 18-22).
 
     Parameters
@@ -172,6 +178,9 @@ def expmv(t, matvec, b, trace, norm, tol=DEFAULT_TOL, m_max=M_MAX, norm_bound=np
     m_max : int, default=30
     norm_bound : float, default=inf
         A guaranteed upper bound on that norm, if known.
+    degree : tuple (m, s), optional
+        ``select_degree(|t| min(norm, norm_bound), tol, m_max)`` when the caller has it
+        already (the C step chooses between Taylor and Lanczos from it).
 
     Returns
     -------
@@ -192,7 +201,8 @@ def expmv(t, matvec, b, trace, norm, tol=DEFAULT_TOL, m_max=M_MAX, norm_bound=np
     n_products = 0
     norm = min(norm, norm_bound)
     for _ in range(8):
-        m, s = select_degree(abs(t) * norm, tol, m_max)
+        m, s = select_degree(abs(t) * norm, tol, m_max) if degree is None else degree
+        degree = None
         limit = abs(t) * norm / s * (1.0 + 1e-6) + 1e-300
         f, k_used, observed = _taylor_steps(t, matvec, b, mu, m, s, tol, limit)
         n_products += k_used
@@ -291,7 +301,7 @@ def lanczos_expmv(t, matvec, b, tol=DEFAULT_TOL, k_max=60):
         if not (math.isfinite(alpha[j]) and math.isfinite(beta[j])):
             # A diverged chain's covariance: let its finiteness check report it.
             return np.full_like(b, np.nan), j + 1
-        evals, evecs = eigh_tridiagonal(alpha[: j + 1], beta[:j])
+        evals, evecs = _eigh_tridiagonal(alpha[: j + 1], beta[:j])
         y = evecs @ (np.exp(t * evals) * evecs[0])
         f = beta0 * (V[: j + 1].T @ y)
         if not np.all(np.isfinite(f)):
@@ -302,6 +312,20 @@ def lanczos_expmv(t, matvec, b, tol=DEFAULT_TOL, k_max=60):
             return f, j + 1
         V[j + 1] = w / beta[j]
     return f, k_max
+
+
+def _eigh_tridiagonal(d, e):
+    """Eigenvalues and eigenvectors of the symmetric tridiagonal matrix with diagonal ``d`` and
+    off-diagonal ``e``: ``scipy.linalg.eigh_tridiagonal(d, e)``, bit for bit, without its checks."""
+    if d.size == 1:
+        return d.copy(), np.ones((1, 1))
+    w, v, info = _stevd(d, e)
+    if info != 0:
+        # Not converged (non-finite input is caught before): scipy's error, with its checks.
+        from scipy.linalg import eigh_tridiagonal
+
+        return eigh_tridiagonal(d, e)
+    return w, v
 
 
 class NoiseCovariance:
@@ -401,7 +425,8 @@ def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety
         changes slowly, and its scale moves with the minibatch's trace, which is free):
         the power-iteration product is then spent only every ``refresh`` calls, and in
         between the ratio times the current trace stands in for ``lambda_max``. The
-        term-growth check covers a stale ratio that underestimates.
+        term-growth check covers a stale ratio that underestimates. Also counts the calls
+        that went to Lanczos, under ``"n_lanczos"``.
     refresh : int, default=8
     method : {"auto", "taylor", "lanczos"}, default="auto"
         ``"taylor"``: the paper's scheme above. ``"lanczos"``: :func:`lanczos_expmv`.
@@ -428,7 +453,10 @@ def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety
     lam_bar = tr / P
     norm = max(tr - lam_bar, lam_bar)
     n_est = 0
-    if eigvec is not None and select_degree(abs(t) * norm, tol)[1] > 1:
+    # (m, s) is chosen once per call, here, and handed to expmv: select_degree was a
+    # visible part of a C step that costs two products.
+    degree = select_degree(abs(t) * norm, tol)
+    if eigvec is not None and degree[1] > 1:
         cache = {} if cache is None else cache
         if cache.get("age", refresh) >= refresh:
             if not eigvec.any():
@@ -443,11 +471,14 @@ def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety
         cache["age"] += 1
         lam = min(safety * lam, tr)
         norm = max(lam - lam_bar, lam_bar)
+        degree = select_degree(abs(t) * norm, tol)
     bound = max(tr - lam_bar, lam_bar)  # lambda_max <= tr(Sigma): a true bound
-    if method == "lanczos" or (method == "auto" and _taylor_products(abs(t) * norm, tol) > LANCZOS_FROM):
+    if method == "lanczos" or (method == "auto" and degree[0] * degree[1] > LANCZOS_FROM):
+        if cache is not None:
+            cache["n_lanczos"] = cache.get("n_lanczos", 0) + 1
         f, n_prod = lanczos_expmv(t, cov.matvec, p, tol)
         return f, n_prod + n_est
-    f, n_prod = expmv(t, cov.matvec, p, -tr, norm, tol, norm_bound=bound)
+    f, n_prod = expmv(t, cov.matvec, p, -tr, norm, tol, norm_bound=bound, degree=degree)
     return f, n_prod + n_est
 
 
@@ -455,7 +486,3 @@ def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety
 #: more products than this.
 LANCZOS_FROM = 12
 
-
-def _taylor_products(norm, tol):
-    m, s = select_degree(norm, tol)
-    return m * s

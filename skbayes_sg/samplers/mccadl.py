@@ -169,7 +169,7 @@ class MCCAdL(ThermostatSampler):
         drift(theta, p, half)
         ou_exact(p, state.xi, A * T, half, rng)
         kinetic = float(p @ p)
-        xi = thermostat(state.xi, p, half, mu, T)
+        xi = thermostat(state.xi, p, half, mu, T, kinetic)
         if target.noise_scale > 0.0:
             # Sigma~ = -(h/2) beta Sigma over a time h (eq. 17).
             p, n_prod = c_step(p, self._sigma_gradients(state, target, theta, rng), target.noise_scale, h,
@@ -177,8 +177,9 @@ class MCCAdL(ThermostatSampler):
                                state.extra["sigma_eigvec"], cache=state.extra["sigma_norm_cache"],
                                method=self.expm_method)
             state.extra["c_products"] += n_prod
-        kinetic += float(p @ p)
-        xi = thermostat(xi, p, half, mu, T)
+        pp = float(p @ p)
+        kinetic += pp
+        xi = thermostat(xi, p, half, mu, T, pp)
         ou_exact(p, xi, A * T, half, rng)
         drift(theta, p, half)
         if self.sigma_estimate == "lagged":
@@ -196,4 +197,7 @@ class MCCAdL(ThermostatSampler):
 
     def chain_summary(self, state):
         n = max(state.extra.get("n_steps", 0), 1)
-        return {"c_step_products_per_iter": state.extra.get("c_products", 0) / n}
+        lanczos = state.extra.get("sigma_norm_cache", {}).get("n_lanczos", 0)
+        # Which of the C step's two methods the chain used: Taylor below LANCZOS_FROM products.
+        return {"c_step_products_per_iter": state.extra.get("c_products", 0) / n,
+                "c_step_lanczos_fraction": lanczos / n}
