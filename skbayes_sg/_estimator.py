@@ -18,6 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
+from threadpoolctl import threadpool_limits
 
 from . import diagnostics
 from . import _run_length
@@ -158,6 +159,12 @@ class BaseSGBayes(BaseEstimator):
         # A continuation (warm_start) gets fresh streams, not a replay of the first fit's.
         return np.random.SeedSequence([int(entropy), int(fit_round)]).spawn(self.n_chains)
 
+    # One BLAS thread for the whole fit, as the chains already run (_chains._advance): the
+    # setup's products (MAP, Hessian, noise probe) are small enough that threads gain
+    # little on an idle machine, while on a busy one (GridSearchCV with n_jobs, other
+    # processes, CI) oversubscribed threads made the MAP 10x slower (benchmarks/fit_time.py),
+    # and one thread makes it bit-identical on any machine.
+    @threadpool_limits.wrap(limits=1, user_api="blas")
     def _fit(self, X, y, streaming=False):
         """Run the chains on validated ``X``, encoded ``y``; set the fitted attributes.
 
@@ -575,6 +582,7 @@ def _noise_aware_batch(sampler, batch_size, sigma_max, lambda_max, n_samples):
     return n, sigma_max * batch_size / n
 
 
+@threadpool_limits.wrap(limits=1, user_api="blas")  # see BaseSGBayes._fit
 def _map_estimate(model, gtol=1e-2):
     """Maximum a posteriori point, from the model's default start.
 
