@@ -4,9 +4,22 @@ A sampler never touches the data. It calls ``target.gradient(theta, rng)`` and g
 noisy force ``F~(theta) = grad log pi~(theta)`` (the negative of the paper's
 ``grad U~``) with the minibatch's per-example gradients; ``target.noise_scale`` turns
 their empirical covariance ``V`` into the force's noise covariance ``Sigma``.
+
+Multilevel SGLD (:mod:`skbayes_sg.multilevel`) steps stacks of coupled paths whose
+minibatches it shares between them: it draws the rows (``target.draw_rows``) and asks for
+the same force for all paths at once at those rows (``target.gradient_paths``).
 """
 
 import numpy as np
+
+from .models._gradients import DensePerExampleGradients
+from .models._hessian import (
+    log_prior_grad_paths,
+    loglik_grad_paths,
+    loglik_hessian,
+    taylor_cache,
+    taylor_remainder_paths,
+)
 
 #: Minibatch schemes accepted by :class:`MinibatchGradient`.
 BATCH_SCHEMES = ("replacement", "epochs")
@@ -82,6 +95,7 @@ class MinibatchGradient:
     """
 
     _block = 256  # minibatches of indices drawn per call to the generator
+    _evals_per_row = 1  # per-example gradient evaluations a row costs
 
     def __init__(self, model, batch_size=None, scheme="replacement", row_probabilities=None):
         if scheme not in BATCH_SCHEMES:
@@ -139,12 +153,81 @@ class MinibatchGradient:
         grads : PerExampleGradients
         """
         rows, scale = self._next_rows(rng)
+        return self._force_at(theta, rows, scale)
+
+    def _force_at(self, theta, rows, scale):
+        """The force at ``theta`` from the given rows, and their per-example operator."""
         grads = self._per_example(theta, rows)
         self._count(grads)
         force = self._data_term(theta, grads, scale)
         force += self.model.grad_log_prior(theta)
         return force, grads
 
+    def draw_rows(self, rng, n_paths):
+        """Rows of ``n_paths`` independent minibatches, one per row of the result.
+
+        Drawn with replacement, uniformly or with the estimator's ``row_probabilities``,
+        for :meth:`gradient_paths`. Callers that couple several paths (multilevel SGLD's
+        fine and coarse paths) draw the rows themselves so that the paths can share them.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The stream the rows are drawn from.
+        n_paths : int
+            Minibatches to draw.
+
+        Returns
+        -------
+        ndarray of int of shape (n_paths, n) or None
+            None for the full data.
+        """
+        if self.full:
+            return None
+        if self.scheme != "replacement":
+            raise ValueError("path stacks draw their rows with replacement; scheme='epochs' is for single chains.")
+        if self._rows_dist is not None:
+            return self._rows_dist.draw(rng, (n_paths, self.batch_size))
+        return rng.integers(0, self.n_samples, size=(n_paths, self.batch_size))
+
+    def gradient_paths(self, thetas, rows):
+        """Noisy forces at a stack of parameter vectors, each from the rows the caller chose.
+
+        The force of :meth:`gradient` for every row of ``thetas`` at once, vectorised over
+        paths and minibatch rows (multilevel SGLD steps thousands of short paths
+        together). With ``n`` rows per path the likelihood part is scaled by ``N / n``, so
+        each force is unbiased when its rows are ``n`` independent draws of
+        :meth:`draw_rows`.
+
+        Parameters
+        ----------
+        thetas : ndarray of shape (M, P)
+            One parameter vector per path.
+        rows : ndarray of int of shape (M, n), or None
+            Path ``m``'s minibatch rows; None uses all ``N`` rows for every path.
+
+        Returns
+        -------
+        ndarray of shape (M, P)
+            ``F~(thetas[m])`` from ``rows[m]``. Counts the per-example gradient evaluations
+            as :meth:`gradient` does.
+        """
+        thetas = np.asarray(thetas, dtype=float)
+        if rows is not None and self._row_scale is not None:
+            # Importance weights live in the per-example operators: path by path.
+            scale = self.n_samples / rows.shape[1]
+            return np.stack([self._force_at(theta, r, scale)[0] for theta, r in zip(thetas, rows)])
+        if rows is None:
+            rows = np.broadcast_to(np.arange(self.n_samples), (thetas.shape[0], self.n_samples))
+        scale = self.n_samples / rows.shape[1]
+        force = log_prior_grad_paths(self.model, thetas)
+        self._add_data_term_paths(force, thetas, rows, scale)
+        self.n_grad_evals += self._evals_per_row * rows.size
+        return force
+
+    def _add_data_term_paths(self, out, thetas, rows, scale):
+        """Adds :meth:`_data_term` of every path to ``out`` (M, P), in place."""
+        out += scale * loglik_grad_paths(self.model, thetas, rows)
 
     def noise_gradients(self, theta, rng):
         """Per-example gradients at ``theta`` of a fresh minibatch, used by no force.
@@ -158,7 +241,7 @@ class MinibatchGradient:
         return grads
 
     def _count(self, grads):
-        self.n_grad_evals += grads.n_batch
+        self.n_grad_evals += self._evals_per_row * grads.n_batch
 
     def _per_example(self, theta, rows):
         """The operator whose mean times ``N`` is this estimator's data term."""
@@ -223,6 +306,8 @@ class ControlVariateGradient(MinibatchGradient):
         Ignored for ``scheme="epochs"``.
     """
 
+    _evals_per_row = 2  # a difference evaluates each row's gradient at two points
+
     def __init__(self, model, batch_size=None, scheme="replacement", theta_hat=None, g_hat=None,
                  row_probabilities=None):
         super().__init__(model, batch_size, scheme, row_probabilities)
@@ -240,6 +325,72 @@ class ControlVariateGradient(MinibatchGradient):
         out += self.g_hat
         return out
 
-    def _count(self, grads):
-        # A difference evaluates each row's gradient at two points.
-        self.n_grad_evals += 2 * grads.n_batch
+    def _add_data_term_paths(self, out, thetas, rows, scale):
+        out += self.g_hat
+        centre = np.broadcast_to(self.theta_hat, thetas.shape)
+        out += scale * (loglik_grad_paths(self.model, thetas, rows) - loglik_grad_paths(self.model, centre, rows))
+
+
+class TaylorControlVariateGradient(ControlVariateGradient):
+    """Minibatch gradients with a second-order (Taylor) control variate centred at ``theta_hat``.
+
+    Nagapetyan, Szpruch, Vollmer, Zygalakis & Giles (2017), "Multilevel Monte Carlo for
+    scalable Bayesian computations", section 3.4, eq. (11): the full-data gradient ``g_hat``
+    and Hessian ``H_hat`` of the log likelihood at ``theta_hat`` give its linearisation
+    exactly, and only the remainder is subsampled,
+
+    ``F~(theta) = grad log p(theta) + g_hat + H_hat (theta - theta_hat)
+    + (N/n) sum_{i in S} [g_i(theta) - g_i(theta_hat) - H_i(theta_hat) (theta - theta_hat)]``.
+
+    It is unbiased for any ``theta_hat``, like :class:`ControlVariateGradient` (the
+    first-order one, whose per-example differences it corrects by their linear part);
+    its noise is that of the Taylor remainders, ``O(||theta - theta_hat||^2)`` per row
+    where the first-order differences are ``O(||theta - theta_hat||)``: the multilevel
+    SGLD paths start at ``theta_hat`` and stay within ``O(N^-1/2)`` of it, and it makes
+    their cost grow sublinearly in ``N`` (the paper's Figure 3b). Each force applies the
+    ``P x P`` matrix ``H_hat`` (O(P^2), against O(n P) for the minibatch). The per-example
+    operator the samplers see holds the remainders as an explicit ``n x P`` matrix.
+
+    Parameters
+    ----------
+    model : Model
+    batch_size : int or None
+    scheme : {"replacement", "epochs"}
+    theta_hat : ndarray of shape (P,)
+        Centre of the control variate and expansion point (the MAP in the paper).
+    g_hat : ndarray of shape (P,), optional
+        Full-data log-likelihood gradient at ``theta_hat``, when already known.
+    row_probabilities : ndarray of shape (N,) or RowDistribution, optional
+        As in :class:`ControlVariateGradient`.
+    H_hat : ndarray of shape (P, P), optional
+        Full-data log-likelihood Hessian at ``theta_hat`` (negative semi-definite for a
+        log-concave likelihood), when already known; computed here otherwise.
+    """
+
+    def __init__(self, model, batch_size=None, scheme="replacement", theta_hat=None, g_hat=None,
+                 row_probabilities=None, H_hat=None):
+        super().__init__(model, batch_size, scheme, theta_hat, g_hat, row_probabilities)
+        if H_hat is None:
+            H_hat = loglik_hessian(model, self.theta_hat)
+            self.n_grad_evals += self.n_samples
+        self.H_hat = np.asarray(H_hat, dtype=float)
+        # Per-row linear predictors and residuals at theta_hat (GLMs): one full-data pass
+        # here, so that each remainder needs the minibatch at theta only.
+        self._cache = taylor_cache(model, self.theta_hat)
+
+    def _operator(self, theta, rows):
+        rows = np.arange(self.n_samples)[rows]
+        # One "path" per row: the remainders of the rows one by one, (n, P).
+        paths = np.broadcast_to(theta, (rows.size, theta.size))
+        return DensePerExampleGradients(
+            taylor_remainder_paths(self.model, paths, self.theta_hat, rows[:, None], self._cache))
+
+    def _data_term(self, theta, grads, scale):
+        out = super()._data_term(theta, grads, scale)
+        out += self.H_hat @ (theta - self.theta_hat)
+        return out
+
+    def _add_data_term_paths(self, out, thetas, rows, scale):
+        out += self.g_hat
+        out += (thetas - self.theta_hat) @ self.H_hat
+        out += scale * taylor_remainder_paths(self.model, thetas, self.theta_hat, rows, self._cache)

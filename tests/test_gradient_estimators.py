@@ -6,8 +6,20 @@ import pytest
 import scipy.sparse as sp
 
 from skbayes_sg._geometry import leverage_probabilities
-from skbayes_sg.minibatch import ControlVariateGradient, MinibatchGradient, RowDistribution
-from skbayes_sg.models import LinearRegressionModel, LogisticModel, Model, SoftmaxModel, WhitenedModel
+from skbayes_sg.minibatch import (
+    ControlVariateGradient,
+    MinibatchGradient,
+    RowDistribution,
+    TaylorControlVariateGradient,
+)
+from skbayes_sg.models import (
+    LinearRegressionModel,
+    LogisticModel,
+    Model,
+    NormalGammaModel,
+    SoftmaxModel,
+    WhitenedModel,
+)
 from skbayes_sg.models._gradients import DifferencePerExampleGradients, PerExampleGradients
 from skbayes_sg.preconditioning import curvature_factor
 
@@ -108,13 +120,14 @@ def test_row_distribution_draws_its_probabilities():
     assert np.abs(z).max() < 5.0
 
 
+@pytest.mark.parametrize("cls", [ControlVariateGradient, TaylorControlVariateGradient])
 @pytest.mark.parametrize("importance", [False, True])
-def test_control_variate_force_is_unbiased_and_exact_at_its_centre(importance):
+def test_control_variate_force_is_unbiased_and_exact_at_its_centre(importance, cls):
     model = _logistic(N=600)
     theta_hat = np.full(model.n_params, 0.1)
     L = curvature_factor(model, theta_hat, "dense")
     probs = leverage_probabilities(model, theta_hat, L) if importance else None
-    target = ControlVariateGradient(model, 20, "replacement", theta_hat, row_probabilities=probs)
+    target = cls(model, 20, "replacement", theta_hat, row_probabilities=probs)
     rng = np.random.default_rng(4)
     exact_hat = model.grad_log_posterior(theta_hat)
     np.testing.assert_allclose(target.gradient(theta_hat, rng)[0], exact_hat, atol=1e-10)
@@ -161,3 +174,108 @@ def test_leverages_are_the_hat_matrix_diagonal():
     # sum_i w_i x_i' H^-1 x_i = tr(H^-1 (H - alpha I)) = P - alpha tr(H^-1)
     assert h.sum() == pytest.approx(model.n_params - model.alpha * np.trace(np.linalg.inv(H)))
     assert np.all(h > 0) and np.all(h < 1)
+
+
+# -- forces for stacks of paths at the caller's rows (multilevel SGLD) --------------------------
+KINDS = ("plain", "control_variate", "taylor")
+
+
+def _estimator(kind, model, batch_size, theta_hat, probs=None):
+    if kind == "plain":
+        return MinibatchGradient(model, batch_size, row_probabilities=probs)
+    cls = ControlVariateGradient if kind == "control_variate" else TaylorControlVariateGradient
+    return cls(model, batch_size, "replacement", theta_hat, row_probabilities=probs)
+
+
+def _row_terms(kind, model, theta, rows, theta_hat):
+    """Per-row terms of each estimator's noisy part, from its definition, one row at a time:
+    ``g_i(theta)`` (plain), ``g_i(theta) - g_i(theta_hat)`` (Baker et al.'s eq. 3) and
+    that minus ``H_i(theta_hat) (theta - theta_hat)`` (Nagapetyan et al.'s eq. 11), with the
+    model's own Hessian-vector products (exact for the GLMs)."""
+    terms = []
+    for i in rows:
+        i = np.array([i])
+        term = model.log_likelihood_and_grad(theta, i)[1]
+        if kind != "plain":
+            term = term - model.log_likelihood_and_grad(theta_hat, i)[1]
+        if kind == "taylor":
+            term = term - model.loglik_hvp(theta_hat, theta - theta_hat, i)
+        terms.append(term)
+    return np.array(terms)
+
+
+def _definition_force(kind, model, theta, rows, theta_hat, weights):
+    """The force from its definition: prior, exact part at ``theta_hat``, and ``N / n`` times
+    the rows' terms, each weighted by ``weights``."""
+    N, n = model.n_samples, len(rows)
+    force = model.log_prior_and_grad(theta)[1] + N / n * (weights @ _row_terms(kind, model, theta, rows, theta_hat))
+    if kind != "plain":
+        force += model.log_likelihood_and_grad(theta_hat)[1]
+    if kind == "taylor":
+        force += model.loglik_hvp(theta_hat, theta - theta_hat)
+    return force
+
+
+def _path_problem(name, seed=7):
+    if name == "normal_gamma":  # no vectorised kernel: the per-path fallbacks
+        model = NormalGammaModel(np.random.default_rng(seed).normal(1.0, 0.5, 200))
+        return model, np.array([1.0, 3.0]), 0.1
+    return MODELS[name](), np.full(MODELS[name]().n_params, 0.1), 0.3
+
+
+@pytest.mark.parametrize("importance", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", sorted(MODELS) + ["normal_gamma"])
+def test_path_forces_are_each_paths_force_at_its_rows(name, kind, importance):
+    model, theta_hat, spread = _path_problem(name)
+    rng = np.random.default_rng(8)
+    N, P, M, n = model.n_samples, model.n_params, 5, 7
+    probs = rng.random(N) + 0.2 if importance else None
+    target = _estimator(kind, model, n, theta_hat, probs)
+    thetas = theta_hat + spread * rng.normal(size=(M, P))
+    rows = target.draw_rows(rng, M)
+    assert rows.shape == (M, n)
+    weights = 1.0 / (N * target._rows_dist.p) if importance else np.ones(N)
+    before = target.n_grad_evals
+    F = target.gradient_paths(thetas, rows)
+    assert target.n_grad_evals - before == (1 if kind == "plain" else 2) * M * n
+    # The model's loglik_hvp is a central difference outside the GLMs.
+    tol = 1e-6 if name == "normal_gamma" else 1e-9
+    for m in range(M):
+        ref = _definition_force(kind, model, thetas[m], rows[m], theta_hat, weights[rows[m]])
+        np.testing.assert_allclose(F[m], ref, rtol=tol, atol=tol * np.abs(ref).max())
+    # Full data (rows=None): every estimator is the exact gradient of the log posterior.
+    full = target.gradient_paths(thetas[:2], None)
+    exact = np.stack([model.grad_log_posterior(t) for t in thetas[:2]])
+    np.testing.assert_allclose(full, exact, rtol=tol, atol=tol * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_single_vector_gradient_is_the_path_force_at_its_rows(kind):
+    """``gradient`` (per-example operators) and ``gradient_paths`` (vectorised kernels) are
+    one force: at the rows ``gradient`` drew, they agree, and so does the operator's sum."""
+    model = _logistic()
+    theta_hat = np.full(model.n_params, 0.1)
+    target = _estimator(kind, model, 9, theta_hat)
+    theta = theta_hat + 0.3 * np.random.default_rng(9).normal(size=model.n_params)
+    # gradient() queues a block of minibatches from its generator and takes the first.
+    rows = target.draw_rows(np.random.default_rng(10), target._block)[0]
+    force, grads = target.gradient(theta, np.random.default_rng(10))
+    np.testing.assert_allclose(force, target.gradient_paths(theta[None], rows[None])[0], rtol=1e-12, atol=1e-10)
+    ref = _definition_force(kind, model, theta, rows, theta_hat, np.ones(rows.size))
+    np.testing.assert_allclose(force, ref, rtol=1e-10, atol=1e-10)
+    # The operator the noise-aware samplers see holds the rows' terms, whose noise is the force's.
+    np.testing.assert_allclose(grads.to_dense(), _row_terms(kind, model, theta, rows, theta_hat), atol=1e-10)
+
+
+def test_taylor_remainders_are_second_order_in_the_distance_to_the_centre():
+    """Eq. 11's per-row remainders shrink as ``t^2`` along ``theta_hat + t v``, the
+    first-order differences as ``t``: the Taylor force's noise vanishes faster near the MAP."""
+    model = _logistic()
+    theta_hat = np.full(model.n_params, 0.1)
+    v = np.random.default_rng(11).normal(size=model.n_params)
+    rows = np.arange(50)
+    for cls, order in ((ControlVariateGradient, 1), (TaylorControlVariateGradient, 2)):
+        target = cls(model, 50, "replacement", theta_hat)
+        size = [np.linalg.norm(target._per_example(theta_hat + t * v, rows).to_dense()) for t in (1e-2, 5e-3)]
+        assert size[0] / size[1] == pytest.approx(2.0**order, rel=0.05), (cls.__name__, size)

@@ -76,3 +76,25 @@ def test_full_data_has_no_noise_and_counts_evaluations():
 def test_bad_scheme():
     with pytest.raises(ValueError, match="batch scheme must be one of"):
         MinibatchGradient(MODEL, 10, "stratified")
+
+
+def test_path_forces_at_drawn_rows_have_the_law_of_single_forces():
+    """``gradient_paths`` at rows from ``draw_rows``: unbiased, with covariance ``noise_scale * V``."""
+    target = MinibatchGradient(MODEL, 10, "replacement")
+    rng = np.random.default_rng(4)
+    M = 20_000
+    rows = target.draw_rows(rng, M)
+    assert rows.shape == (M, 10) and rows.min() >= 0 and rows.max() < 103
+    F = target.gradient_paths(np.tile(THETA, (M, 1)), rows)
+    assert target.n_grad_evals == M * 10
+    se = F.std(axis=0) / np.sqrt(M)
+    assert np.all(np.abs(F.mean(axis=0) - FULL) < 5 * se)
+    G = MODEL.per_example_gradients(THETA, slice(None)).to_dense()
+    np.testing.assert_allclose(np.var(F, axis=0), target.noise_scale * np.var(G, axis=0), rtol=0.05)
+
+
+def test_draw_rows_full_data_and_epochs():
+    rng = np.random.default_rng(5)
+    assert MinibatchGradient(MODEL, None).draw_rows(rng, 3) is None
+    with pytest.raises(ValueError, match="with replacement"):
+        MinibatchGradient(MODEL, 10, "epochs").draw_rows(rng, 3)
