@@ -31,8 +31,9 @@ import time
 import numpy as np
 from scipy.special import expit, log_expit
 
+from skbayes_sg.minibatch import MinibatchGradient, TaylorControlVariateGradient
 from skbayes_sg.models import LogisticModel
-from skbayes_sg.multilevel import CoupledSGLD, _Force, _Minibatches, _sgld_step, estimate, find_map
+from skbayes_sg.multilevel import CoupledSGLD, _sgld_step, estimate, find_map
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 VARIANTS = {
@@ -173,14 +174,15 @@ def sgld_curves(prob, step_sizes, n_steps, n_chains, sink, taylor=False):
     """SGLD from the MAP at fixed h: relative RMSE of the running average of g against cost."""
     checkpoints = np.unique(np.geomspace(10, n_steps, 25).astype(int))
     for h in step_sizes:
-        force = _Force(prob.model, prob.theta0, _Minibatches(prob.N, prob.batch), taylor=taylor)
+        target = (TaylorControlVariateGradient(prob.model, prob.batch, theta_hat=prob.theta0) if taylor
+                  else MinibatchGradient(prob.model, prob.batch))
         rng = np.random.default_rng(3)
         theta = np.tile(prob.theta0, (n_chains, 1))
         total = np.zeros(n_chains)
         rmse, cost = [], []
         t = time.time()
         for k in range(1, n_steps + 1):
-            _sgld_step(theta, force, h, force.batches.draw(rng, n_chains), rng.standard_normal(theta.shape))
+            _sgld_step(theta, target, h, target.draw_rows(rng, n_chains), rng.standard_normal(theta.shape))
             total += prob.g(theta)
             if k in checkpoints:
                 rmse.append(float(np.sqrt(np.mean((total / k / prob.reference - 1) ** 2))))

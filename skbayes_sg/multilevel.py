@@ -17,11 +17,16 @@ RMSE ``eps`` at cost ``O(eps^-2)`` when ``V_l`` decays faster than the cost ``C_
 This module gives
 
 - :class:`CoupledSGLD`: the level couplings of the paper's section 3 (plain coupling, eq. 9;
-  antithetic, eq. 10), the Taylor-based stochastic gradient (section 3.4, eq. 11) and path
-  averaging (section 3.3). Thousands of independent paths are stepped at once, vectorised
-  over paths and minibatch rows.
+  antithetic, eq. 10) and path averaging (section 3.3). Thousands of independent paths are
+  stepped at once, vectorised over paths and minibatch rows. The stochastic gradient is
+  not computed here: it is the estimators' gradient layer (:mod:`skbayes_sg.minibatch`),
+  plain or the Taylor-based one of section 3.4, eq. 11
+  (:class:`~skbayes_sg.minibatch.TaylorControlVariateGradient`), which the coupling
+  evaluates for all paths at the rows it chose.
 - :func:`mlmc`: Giles' adaptive driver (number of samples per level, number of levels),
   levels and chunks of paths run in parallel with joblib, reproducible whatever ``n_jobs``.
+  It allocates samples to the levels of any coupling with the methods of
+  :class:`CoupledSGLD` that it calls (see :func:`mlmc`).
 - :func:`estimate`: the user-facing call, ``estimate(model, g, target_rmse)``.
 
 The estimator's ``sampler=MLSGLD(...)`` (:mod:`skbayes_sg.samplers.mlsgld`) calls
@@ -38,14 +43,8 @@ import numpy as np
 from joblib import Parallel, delayed
 
 from .exceptions import DivergenceError
-from .models._hessian import (
-    log_prior_grad_paths,
-    loglik_grad_paths,
-    loglik_hessian,
-    posterior_hessian,
-    taylor_cache,
-    taylor_remainder_paths,
-)
+from .minibatch import MinibatchGradient, TaylorControlVariateGradient
+from .models._hessian import loglik_hessian, posterior_hessian
 
 __all__ = ["CoupledSGLD", "LevelSample", "MultilevelResult", "estimate", "find_map", "mlmc"]
 
@@ -54,73 +53,29 @@ __all__ = ["CoupledSGLD", "LevelSample", "MultilevelResult", "estimate", "find_m
 _CHUNK_FLOATS = 2**20
 
 
-# -- minibatches and the stochastic force ---------------------------------------------------
-class _Minibatches:
-    """Minibatch rows of ``n`` items drawn uniformly with replacement (paper section 2.1)."""
+# -- the coupling's minibatches and steps ---------------------------------------------------
+def _coarse_rows(rng, rows1, rows2):
+    """The plain coupling's coarse minibatch: ``n`` of the ``2n`` fine rows without replacement.
 
-    def __init__(self, n_samples, batch_size):
-        self.N = int(n_samples)
-        self.full = batch_size is None or batch_size >= self.N
-        self.n = self.N if self.full else int(batch_size)
-        self.scale = 1.0 if self.full else self.N / self.n
-
-    def draw(self, rng, M):
-        """Rows (M, n) of M independent minibatches, or None for the full data."""
-        return None if self.full else rng.integers(0, self.N, size=(M, self.n))
-
-    def coarse(self, rng, idx1, idx2):
-        """The plain coupling's coarse minibatch: ``n`` of the ``2n`` fine rows without replacement.
-
-        Each coarse minibatch is then again ``n`` independent uniform rows, the law of the
-        fine ones, which is what keeps the telescoping sum exact (paper eq. 8).
-        """
-        if self.full:
-            return None
-        both = np.concatenate([idx1, idx2], axis=1)
-        keys = rng.random(both.shape)
-        pick = np.argpartition(keys, self.n - 1, axis=1)[:, : self.n]
-        return np.take_along_axis(both, pick, axis=1)
-
-
-class _Force:
-    """Stochastic gradient of the log posterior for a stack of paths.
-
-    Standard (paper eq. 2): ``grad log pi(theta) + N/n sum_{i in tau} grad log p(x_i | theta)``.
-    Taylor-based (section 3.4, eq. 11): the full-data gradient ``G_0`` and Hessian ``H_0`` of
-    the log likelihood at ``theta_0`` give the linear part exactly, and only the remainder
-    is subsampled,
-    ``grad log pi(theta) + G_0 + H_0 (theta - theta_0)
-    + N/n sum_{i in tau} [g_i(theta) - g_i(theta_0) - H_i(theta_0)(theta - theta_0)]``,
-    whose variance vanishes as ``theta -> theta_0``. Both are unbiased.
+    Each coarse minibatch is then again ``n`` independent draws of the fine rows' law, which
+    is what keeps the telescoping sum exact (paper eq. 8).
     """
-
-    def __init__(self, model, theta0, batches, taylor, H_loglik=None):
-        self.model = model
-        self.theta0 = np.asarray(theta0, dtype=float)
-        self.batches = batches
-        self.taylor = bool(taylor) and not batches.full
-        if self.taylor:
-            self.G0 = model.log_likelihood_and_grad(self.theta0)[1]
-            self.H0 = loglik_hessian(model, self.theta0) if H_loglik is None else H_loglik
-            self.cache = taylor_cache(model, self.theta0)
-
-    def __call__(self, thetas, idx):
-        if idx is None:
-            idx = np.broadcast_to(np.arange(self.batches.N), (thetas.shape[0], self.batches.N))
-        force = log_prior_grad_paths(self.model, thetas)
-        if self.taylor:
-            force += self.G0
-            force += (thetas - self.theta0) @ self.H0
-            force += self.batches.scale * taylor_remainder_paths(self.model, thetas, self.theta0, idx,
-                                                                       self.cache)
-        else:
-            force += self.batches.scale * loglik_grad_paths(self.model, thetas, idx)
-        return force
+    if rows1 is None:
+        return None
+    n = rows1.shape[1]
+    both = np.concatenate([rows1, rows2], axis=1)
+    keys = rng.random(both.shape)
+    pick = np.argpartition(keys, n - 1, axis=1)[:, :n]
+    return np.take_along_axis(both, pick, axis=1)
 
 
-def _sgld_step(thetas, force, h, idx, xi):
-    """``S_{h, tau, xi}(theta) = theta + h F~(theta) + sqrt(2 h) xi`` (paper eq. 2), in place."""
-    F = force(thetas, idx)
+def _sgld_step(thetas, target, h, rows, xi):
+    """``S_{h, tau, xi}(theta) = theta + h F~(theta) + sqrt(2 h) xi`` (paper eq. 2), in place.
+
+    ``target`` is the shared gradient estimator (:mod:`skbayes_sg.minibatch`), evaluated
+    for all paths at the rows the coupling chose.
+    """
+    F = target.gradient_paths(thetas, rows)
     thetas += h * F
     thetas += math.sqrt(2.0 * h) * xi
     return thetas
@@ -192,6 +147,17 @@ class CoupledSGLD:
         The variants of sections 3.2, 3.4 and 3.3.
     H_loglik : ndarray of shape (P, P), optional
         Full-data log-likelihood Hessian at ``theta0``, if already computed.
+
+    Attributes
+    ----------
+    target : MinibatchGradient
+        The stochastic force of every path, the estimators' gradient layer: a
+        :class:`~skbayes_sg.minibatch.TaylorControlVariateGradient` centred at ``theta0``
+        with ``taylor`` (and a minibatch), a plain
+        :class:`~skbayes_sg.minibatch.MinibatchGradient` otherwise. The coupling draws the
+        rows (:meth:`~skbayes_sg.minibatch.MinibatchGradient.draw_rows`) and evaluates it
+        for all paths at once at the rows it chose
+        (:meth:`~skbayes_sg.minibatch.MinibatchGradient.gradient_paths`).
     """
 
     def __init__(self, model, theta0, step_size, horizon, batch_size, *, antithetic=True, taylor=True,
@@ -202,10 +168,17 @@ class CoupledSGLD:
         self.m = int(horizon)
         self.antithetic = bool(antithetic)
         self.averaging = bool(averaging)
-        self.batches = _Minibatches(model.n_samples, batch_size)
-        self.force = _Force(model, self.theta0, self.batches, taylor, H_loglik)
-        self.taylor = self.force.taylor
+        target = MinibatchGradient(model, batch_size)
+        if taylor and not target.full:
+            target = TaylorControlVariateGradient(model, batch_size, theta_hat=self.theta0, H_hat=H_loglik)
+        self.target = target
+        self.taylor = isinstance(target, TaylorControlVariateGradient)
         self.p0 = (self.m + 1) // 2
+
+    @property
+    def batch_size(self):
+        """``n``: rows per minibatch (``N`` for the full data)."""
+        return self.target.batch_size
 
     # -- level geometry ------------------------------------------------------------------
     def step_size(self, level):
@@ -222,7 +195,7 @@ class CoupledSGLD:
 
     def cost(self, level):
         """Data items touched per sample of ``Delta_level`` (fine steps, plus coarse ones)."""
-        n = self.batches.n
+        n = self.batch_size
         fine = self.n_steps(level) * n
         if level == 0:
             return fine
@@ -230,8 +203,32 @@ class CoupledSGLD:
 
     def chunk_size(self):
         """Paths stepped together: bounded so a gathered minibatch stack stays small."""
-        width = self.batches.n * max(1, getattr(self.model, "n_features", self.theta0.size))
+        width = self.batch_size * max(1, getattr(self.model, "n_features", self.theta0.size))
         return int(max(16, min(4096, _CHUNK_FLOATS // width)))
+
+    def level_info(self, level):
+        """What the driver's per-level table reports of ``level``'s paths.
+
+        Parameters
+        ----------
+        level : int
+
+        Returns
+        -------
+        dict
+            ``step_size`` (``h_l``) and ``n_steps`` (``s_l``, per fine path).
+        """
+        return {"step_size": self.step_size(level), "n_steps": self.n_steps(level)}
+
+    def settings(self):
+        """What the driver's result reports of the levels' set-up.
+
+        Returns
+        -------
+        dict
+            ``theta0``, ``step_size`` (``h_0``), ``horizon`` (``m``) and ``batch_size`` (``n``).
+        """
+        return {"theta0": self.theta0, "step_size": self.h0, "horizon": self.m, "batch_size": self.batch_size}
 
     # -- simulation --------------------------------------------------------------------------
     def sample(self, level, n_paths, rng, g=None, keep_points=False):
@@ -259,49 +256,62 @@ class CoupledSGLD:
         rec = _Recorder(g, keep_points)
         fine = np.tile(self.theta0, (M, 1))
         xi = np.empty((M, P))
-        batches, force = self.batches, self.force
+        target = self.target
 
-        def fine_step(j, idx, noise):
-            _sgld_step(fine, force, h, idx, noise)
+        def fine_step(j, rows, noise):
+            _sgld_step(fine, target, h, rows, noise)
             if j > s - pf:
                 rec.add(fine, 1.0 / pf)
 
         if level == 0:
             for j in range(1, s + 1):
-                fine_step(j, batches.draw(rng, M), rng.standard_normal((M, P), out=xi))
+                fine_step(j, target.draw_rows(rng, M), rng.standard_normal((M, P), out=xi))
             self._check(fine, level)
-            return rec.result(M * s * batches.n, M * s)
+            return rec.result(M * s * self.batch_size, M * s)
 
         s_c = self.n_steps(level - 1)
         n_alone = s - 2 * s_c
         for j in range(1, n_alone + 1):
-            fine_step(j, batches.draw(rng, M), rng.standard_normal((M, P), out=xi))
+            fine_step(j, target.draw_rows(rng, M), rng.standard_normal((M, P), out=xi))
         n_coarse_paths = 2 if self.antithetic else 1
         coarse = np.tile(self.theta0, (n_coarse_paths * M, 1))
-        hc = 2.0 * h
         pc = self.window(level - 1)
         coef_c = -1.0 / (pc * n_coarse_paths)
         xi2 = np.empty((M, P))
+        xi_c = np.empty((n_coarse_paths * M, P))
         for k in range(1, s_c + 1):
-            idx1 = batches.draw(rng, M)
+            rows1 = target.draw_rows(rng, M)
             rng.standard_normal((M, P), out=xi)
-            fine_step(n_alone + 2 * k - 1, idx1, xi)
-            idx2 = batches.draw(rng, M)
+            fine_step(n_alone + 2 * k - 1, rows1, xi)
+            rows2 = target.draw_rows(rng, M)
             rng.standard_normal((M, P), out=xi2)
-            fine_step(n_alone + 2 * k, idx2, xi2)
-            xi_c = (xi + xi2) * (1.0 / math.sqrt(2.0))
-            if self.antithetic:
-                idx_c = None if idx1 is None else np.concatenate([idx1, idx2])
-                _sgld_step(coarse, force, hc, idx_c, np.concatenate([xi_c, xi_c]))
-            else:
-                _sgld_step(coarse, force, hc, batches.coarse(rng, idx1, idx2), xi_c)
+            fine_step(n_alone + 2 * k, rows2, xi2)
+            self._coarse_step(coarse, 2.0 * h, rows1, rows2, xi, xi2, xi_c, rng)
             if k > s_c - pc:
                 for c in range(n_coarse_paths):
                     rec.add(coarse[c * M:(c + 1) * M], coef_c)
         self._check(fine, level)
         self._check(coarse, level)
-        n_evals = M * batches.n * (s + s_c * n_coarse_paths)
+        n_evals = M * self.batch_size * (s + s_c * n_coarse_paths)
         return rec.result(n_evals, M * (s + s_c * n_coarse_paths))
+
+    def _coarse_step(self, coarse, h, rows1, rows2, xi1, xi2, xi_c, rng):
+        """One coarse step at ``h = 2 h_l`` driven by the two fine steps it spans.
+
+        Increment ``(xi_1 + xi_2) / sqrt(2)`` (eq. 9). Antithetic (eq. 10): the coarse paths
+        ``c+`` (first half of ``coarse``) and ``c-`` take the fine steps' rows ``tau_1`` and
+        ``tau_2``; plain (eq. 8): ``n`` of the ``2n`` fine rows without replacement.
+        ``xi_c`` (one increment per coarse path) is workspace.
+        """
+        M = xi1.shape[0]
+        np.add(xi1, xi2, out=xi_c[:M])
+        xi_c[:M] *= 1.0 / math.sqrt(2.0)
+        if self.antithetic:
+            xi_c[M:] = xi_c[:M]
+            rows = None if rows1 is None else np.concatenate([rows1, rows2])
+        else:
+            rows = _coarse_rows(rng, rows1, rows2)
+        _sgld_step(coarse, self.target, h, rows, xi_c)
 
     def _check(self, thetas, level):
         if not np.isfinite(thetas).all():
@@ -436,6 +446,9 @@ def mlmc(coupled, g, target_rmse, *, rmse_units="absolute", n_initial=100, min_l
     Parameters
     ----------
     coupled : CoupledSGLD
+        The levels. The driver only allocates samples to them: it calls their
+        ``sample(level, n_paths, rng, g, keep_points)``, ``cost(level)`` and
+        ``chunk_size()``, and reports ``level_info(level)`` and ``settings()``.
     g : callable or None
         Maps states (M, P) to (M,) or (M, q); None is the identity (the parameter vector).
     target_rmse : float or array of shape (q,)
@@ -554,15 +567,14 @@ def mlmc(coupled, g, target_rmse, *, rmse_units="absolute", n_initial=100, min_l
             "estimate's RMSE may exceed the target. Increase max_levels or the horizon.", UserWarning,
         )
     levels = [
-        {"level": lv, "step_size": coupled.step_size(lv), "n_steps": coupled.n_steps(lv), "n_samples": int(Nl[lv]),
-         "mean": mean[lv].copy(), "var": var[lv].copy(), "cost": float(cost[lv]), "n_grad_evals": int(evals[lv])}
+        {"level": lv, **coupled.level_info(lv), "n_samples": int(Nl[lv]), "mean": mean[lv].copy(),
+         "var": var[lv].copy(), "cost": float(cost[lv]), "n_grad_evals": int(evals[lv])}
         for lv in range(n_lev)
     ]
     result = MultilevelResult(
         estimate=mean.sum(axis=0), rmse=rmse, target_rmse=np.asarray(eps, dtype=float), levels=levels,
         n_grad_evals=int(evals.sum()), n_grad_evals_setup=0, n_iter=int(steps), converged=converged,
-        alpha=float(alpha), beta=float(beta), theta0=coupled.theta0, step_size=coupled.h0, horizon=coupled.m,
-        batch_size=coupled.batches.n,
+        alpha=float(alpha), beta=float(beta), **coupled.settings(),
     )
     if keep_draws:
         draws, weights = [], []

@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
+from skbayes_sg.minibatch import MinibatchGradient, TaylorControlVariateGradient
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel, SoftmaxModel
 from skbayes_sg.models._hessian import (
     log_prior_grad_paths,
@@ -20,7 +21,7 @@ from skbayes_sg.models._hessian import (
     posterior_hessian,
     taylor_remainder_paths,
 )
-from skbayes_sg.multilevel import CoupledSGLD, _Force, _Minibatches, estimate, find_map
+from skbayes_sg.multilevel import CoupledSGLD, _coarse_rows, estimate, find_map
 from skbayes_sg.samplers import MLSGLD
 
 
@@ -91,17 +92,55 @@ def test_stochastic_force_is_unbiased(taylor):
     model = _models(rng)["logistic"]
     N = model.n_samples
     theta, theta0 = _point(model, rng), _point(model, rng)
-    force = _Force(model, theta0, _Minibatches(N, 1), taylor)
-    F = force(np.tile(theta, (N, 1)), np.arange(N)[:, None])
+    target = CoupledSGLD(model, theta0, 0.1, 5, 1, taylor=taylor).target
+    assert type(target) is (TaylorControlVariateGradient if taylor else MinibatchGradient)
+    F = target.gradient_paths(np.tile(theta, (N, 1)), np.arange(N)[:, None])
     np.testing.assert_allclose(F.mean(axis=0), model.grad_log_posterior(theta), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("taylor", [False, True])
+def test_coupled_paths_step_with_the_shared_estimators_force(taylor):
+    # Replays a level-1 antithetic sample path by path: every fine and coarse step must be
+    # theta + h F + sqrt(2 h) xi with F the shared gradient layer's single-vector force
+    # (per-example operators, not the vectorised path kernels) at the rows the coupling drew,
+    # and the draws in the coupling's order: (rows, xi) per fine step alone, then per coarse
+    # step (rows_1, xi_1, rows_2, xi_2), c+ taking rows_1 and c- rows_2, both (xi_1 + xi_2) / sqrt 2.
+    rng = np.random.default_rng(12)
+    model = _models(rng, N=60)["logistic"]
+    theta0 = _point(model, rng)
+    M, n, h0, m = 4, 5, 0.02, 2
+    coupled = CoupledSGLD(model, theta0, h0, m, n, antithetic=True, taylor=taylor)
+    res = coupled.sample(1, M, np.random.default_rng(13), keep_points=True)
+    ref = (TaylorControlVariateGradient(model, n, theta_hat=theta0) if taylor else MinibatchGradient(model, n))
+    N, P = model.n_samples, model.n_params
+
+    def step(thetas, h, rows, xi):
+        F = np.stack([ref._force_at(t, r, N / n)[0] for t, r in zip(thetas, rows)])
+        return thetas + h * F + np.sqrt(2 * h) * xi
+
+    replay = np.random.default_rng(13)
+    h = coupled.step_size(1)
+    fine = np.tile(theta0, (M, 1))
+    for _ in range(coupled.n_steps(1) - 2 * coupled.n_steps(0)):
+        fine = step(fine, h, replay.integers(0, N, (M, n)), replay.standard_normal((M, P)))
+    plus = minus = np.tile(theta0, (M, 1))
+    for _ in range(coupled.n_steps(0)):
+        rows1, xi1 = replay.integers(0, N, (M, n)), replay.standard_normal((M, P))
+        fine = step(fine, h, rows1, xi1)
+        rows2, xi2 = replay.integers(0, N, (M, n)), replay.standard_normal((M, P))
+        fine = step(fine, h, rows2, xi2)
+        xi_c = (xi1 + xi2) / np.sqrt(2)
+        plus, minus = step(plus, 2 * h, rows1, xi_c), step(minus, 2 * h, rows2, xi_c)
+    for j, expected in enumerate((fine, plus, minus)):
+        np.testing.assert_allclose(res.points[:, j], expected, rtol=1e-10, atol=1e-12)
+
+
 def test_coarse_minibatch_is_drawn_without_replacement_from_the_fine_ones():
-    b = _Minibatches(1000, 4)
     rng = np.random.default_rng(4)
-    idx1, idx2 = b.draw(rng, 20000), b.draw(rng, 20000)
+    idx1, idx2 = rng.integers(0, 1000, (20000, 4)), rng.integers(0, 1000, (20000, 4))
     idx1[:, 0] = idx2[:, 0] = -1  # marks slot 0 of each fine batch
-    idx_c = b.coarse(rng, idx1, idx2)
+    idx_c = _coarse_rows(rng, idx1, idx2)
+    assert _coarse_rows(rng, None, None) is None  # full data
     # n of the 2n slots without replacement: a marked slot is picked with probability 1/2,
     # and both marked slots with probability (n choose 2)... hypergeometric: n(n-1)/(2n(2n-1)).
     both = (idx_c == -1).sum(axis=1)

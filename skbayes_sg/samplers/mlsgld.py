@@ -42,7 +42,8 @@ class MLSGLD(BaseSampler):
         Antithetic coupling (section 3.2): level variances ``V_l = O(h_l^2)`` and cost
         ``O(eps^-2)``. False: the plain coupling (section 3.1), ``V_l = O(h_l)``.
     taylor : bool or "auto", default="auto"
-        Taylor-based stochastic gradient around ``theta_0`` (section 3.4): exact full-data
+        Taylor-based stochastic gradient around ``theta_0`` (section 3.4,
+        :class:`~skbayes_sg.minibatch.TaylorControlVariateGradient`): exact full-data
         gradient and Hessian at ``theta_0``, only the remainder subsampled; makes the cost
         grow sublinearly in N. Forms the P x P Hessian once, and each step applies it to every
         path (O(P^2) per path-step against O(n P) for the minibatch). ``"auto"`` uses it up to
