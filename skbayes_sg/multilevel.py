@@ -34,6 +34,7 @@ The estimator's ``sampler=MLSGLD(...)`` (:mod:`skbayes_sg.samplers.mlsgld`) call
 with signed weights.
 """
 
+import copy
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -604,52 +605,42 @@ def _bias_estimate(ml, alpha):
 
 
 # -- set-up and the public call ---------------------------------------------------------------
-def find_map(model, theta=None, tol=1e-10, max_iter=100):
-    """Maximum a posteriori point by damped Newton-Raphson (the paper's section 4).
+def find_map(model):
+    """The estimators' maximum a posteriori point, and the full-data passes it took.
+
+    :func:`skbayes_sg._estimator._map_estimate` (damped Newton for the GLMs of moderate
+    width, as in the paper's section 4, L-BFGS otherwise): the point the estimators pass
+    as ``theta0`` with ``init="map"``, so that :func:`estimate` and an estimator with
+    ``sampler=MLSGLD()`` start from, and expand around, the same point.
 
     Parameters
     ----------
     model : Model
-    theta : ndarray of shape (P,), optional
-        Start (``model.initial_point()`` by default).
-    tol : float, default=1e-10
-        Stop when the Newton decrement falls below ``tol``.
-    max_iter : int, default=100
 
     Returns
     -------
     theta_map : ndarray of shape (P,)
     n_passes : int
-        Full-data passes used (gradients and Hessians), for the set-up cost.
+        Full-data passes used (log posterior and gradient, Hessian), for the set-up cost.
     """
-    theta = model.initial_point() if theta is None else np.asarray(theta, dtype=float).copy()
-    lp, grad = model.log_posterior_and_grad(theta)
-    passes = 1
-    for _ in range(max_iter):
-        H = posterior_hessian(model, theta)
-        passes += 1
-        try:
-            step = np.linalg.solve(-H, grad)
-        except np.linalg.LinAlgError:
-            step = grad / max(1.0, np.abs(np.diag(H)).max())
-        if float(grad @ step) < 0:  # not an ascent direction: fall back to gradient ascent
-            step = grad / max(1.0, np.abs(np.diag(H)).max())
-        decrement = float(grad @ step)
-        if decrement < tol:
-            # Inside the quadratic-convergence region: one last full Newton step.
-            theta = theta + step
-            passes += 1
-            break
-        t = 1.0
-        while True:
-            new = theta + t * step
-            lp_new, grad_new = model.log_posterior_and_grad(new)
-            passes += 1
-            if np.isfinite(lp_new) and lp_new >= lp + 1e-4 * t * decrement or t < 1e-10:
-                break
-            t *= 0.5
-        theta, lp, grad = new, lp_new, grad_new
-    return theta, passes
+    # Imported here: the estimator layer imports the samplers, and so this module.
+    from ._estimator import _map_estimate
+
+    n_passes = 0
+
+    def counted(method):
+        def call(*args, **kwargs):
+            nonlocal n_passes
+            n_passes += 1
+            return method(*args, **kwargs)
+        return call
+
+    # A shallow copy (the data shared) whose full-data calls count themselves: the MAP
+    # routine is the estimators', which keeps no count.
+    probe = copy.copy(model)
+    probe.log_posterior_and_grad = counted(model.log_posterior_and_grad)
+    probe.hessian = counted(model.hessian)
+    return _map_estimate(probe), n_passes
 
 
 def estimate(model, g=None, target_rmse=0.1, *, theta0=None, rmse_units="absolute", antithetic=True, taylor=True,

@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
+from skbayes_sg._estimator import _map_estimate, _newton_map
 from skbayes_sg.minibatch import MinibatchGradient, TaylorControlVariateGradient
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel, SoftmaxModel
 from skbayes_sg.models._hessian import (
@@ -258,10 +259,29 @@ def test_draws_and_weights_reproduce_the_estimate_and_do_not_depend_on_n_jobs():
     assert not np.array_equal(a.estimate, c.estimate)
 
 
-def test_find_map_reaches_a_stationary_point():
+def test_find_map_is_the_estimators_map_and_counts_its_passes():
     model = _models(np.random.default_rng(6))["logistic"]
-    theta, _ = find_map(model)
-    assert np.linalg.norm(model.grad_log_posterior(theta)) < 1e-8
+    theta, passes = find_map(model)
+    np.testing.assert_array_equal(theta, _map_estimate(model))
+    # Stationary to the estimators' tolerance: a Newton decrement (the distance to the mode
+    # in posterior standard deviations) below 1e-3.
+    g = model.grad_log_posterior(theta)
+    assert np.sqrt(g @ np.linalg.solve(model.hessian(theta), g)) < 1e-3
+    # Newton from zeros: a log posterior and gradient per iterate and a Hessian per step.
+    assert 3 <= passes < 50
+
+
+def test_estimate_starts_at_the_estimators_map_and_a_tighter_map_changes_it_by_far_less_than_its_rmse():
+    # The default theta_0 is the estimators' MAP (a Newton decrement below 1e-3), no longer a
+    # MAP to 1e-10: with the same seed the paths see the same random numbers from a start
+    # moved by < 1e-3 posterior sd, so the estimate moves by a small fraction of its RMSE.
+    model = _models(np.random.default_rng(6), N=200)["logistic"]
+    kwargs = dict(rmse_units="posterior_sd", random_state=1, n_initial=30)
+    a = estimate(model, None, 0.3, **kwargs)
+    np.testing.assert_array_equal(a.theta0, _map_estimate(model))
+    assert a.n_grad_evals_setup > 3 * model.n_samples  # the MAP's passes are counted
+    b = estimate(model, None, 0.3, theta0=_newton_map(model, tol=1e-12), **kwargs)
+    assert np.all(np.abs(a.estimate - b.estimate) < 0.05 * a.rmse), (a.estimate - b.estimate, a.rmse)
 
 
 def test_estimators_fit_by_mlsgld_with_signed_weights():
