@@ -36,9 +36,10 @@ class CCAdL(ThermostatSampler):
     Parameters
     ----------
     step_size : float or "auto", default="auto"
-        ``h``; ``"auto"`` sets ``h = 0.1 / sqrt(lambda_max)``, half the constant of
-        :class:`SGNHT` and :class:`MCCAdL`: the Euler-type scheme with a moving-average
-        covariance is the least stable of the thermostats (mCCAdL paper, section 3).
+        ``h``; ``"auto"`` sets ``h = 0.05 / sqrt(lambda_max)``, :class:`SGNHT`'s constant:
+        the same Euler friction step cools the configuration by ``h A / 2`` (see
+        :class:`SGNHT`), and the Euler-type scheme with a moving-average covariance is the
+        least stable of the thermostats (mCCAdL paper, section 3).
     friction : float, default=1.0
         ``A``, the effective friction; ``xi`` starts at ``A``.
     thermal_mass : float or None, default=None
@@ -69,7 +70,7 @@ class CCAdL(ThermostatSampler):
     """
 
     _euler_friction = True
-    _auto_step_constant = 0.1
+    _auto_step_constant = 0.05
     # The covariance correction cancels most of the noise (see MCCAdL).
     _noise_tolerance = 0.15
 
