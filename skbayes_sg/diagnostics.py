@@ -47,6 +47,8 @@ References
    Science* 7(4), 473-483.
 """
 
+import warnings
+
 import numpy as np
 from scipy import fft as _sp_fft
 from scipy import special, stats
@@ -507,7 +509,10 @@ def summarize(samples):
     raw = np.asarray(samples, dtype=float)
     if raw.ndim == 2:
         raw = raw[:, :, np.newaxis]
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        # One draw in all (max_draws=1, one chain) has no sd: NaN, without numpy's
+        # "Degrees of freedom <= 0" warning reaching the user.
+        warnings.simplefilter("ignore", RuntimeWarning)
         out = {"mean": raw.mean(axis=(0, 1)), "sd": raw.std(axis=(0, 1), ddof=1)}
     n_params, n_chains, n_draws = x.shape
     nan = np.full(n_params, np.nan)

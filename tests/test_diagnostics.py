@@ -368,3 +368,14 @@ def test_average_ranks_match_scipy_with_ties():
     x[4] = np.abs(x[4] - np.median(x[4]))  # folded draws tie at the median
     x[5, -2:] = np.inf
     np.testing.assert_array_equal(_average_ranks(x), stats.rankdata(x, method="average", axis=1))
+
+
+def test_summarize_of_a_single_draw_is_nan_without_numpy_warnings():
+    # Issue 20: max_draws=1 with one chain leaked numpy's "Degrees of freedom <= 0".
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = summarize(np.ones((1, 1, 3)))
+    assert np.all(np.isnan(out["sd"])) and np.all(np.isnan(out["rhat"]))
+    np.testing.assert_array_equal(out["mean"], 1.0)

@@ -1,11 +1,13 @@
 """The discriminative RBM: model maths, structured gradient operator, estimator."""
 
 import importlib
+import warnings
 
 import numpy as np
 import pytest
 from scipy.special import expit, logsumexp
 from sklearn.datasets import make_moons
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skbayes_sg.drbm import SGBayesDRBMClassifier
@@ -300,3 +302,18 @@ def test_minibatch_force_is_unbiased_over_the_operator():
     exact = model.grad_log_posterior(theta)
     se = forces.std(axis=0) / np.sqrt(len(forces))
     assert np.all(np.abs(forces.mean(axis=0) - exact) < 4.5 * se + 1e-12)
+
+
+def test_huge_features_fall_back_to_double_precision_operators():
+    # Issue 20: features of size 1e150 overflowed the float32 per-example products
+    # ("overflow encountered in cast"); they now run in float64, silently and finitely.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20, 3)) * 1e150
+    y = rng.integers(0, 2, 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf = SGBayesDRBMClassifier(n_hidden=3, n_iter=20, n_chains=2, random_state=0).fit(X, y)
+        assert np.isfinite(clf.predict_proba(X)).all()
+    assert DRBMModel(X, y, n_classes=2, n_hidden=3).operator_dtype == np.float64
+    assert DRBMModel(X / 1e150, y, n_classes=2, n_hidden=3).operator_dtype == np.float32

@@ -52,6 +52,22 @@ _OUTER_ROWS = 4096
 _PROD_GROUP = 512
 
 
+#: Largest ``D max|X|`` the float32 operators take: float32's range with a margin for sums.
+_FLOAT32_SAFE = float(np.finfo(np.float32).max) / 1e3
+
+
+def _largest_abs(X):
+    """``max |X|`` of a dense, memory-mapped (one pass in row blocks) or sparse matrix."""
+    if sp.issparse(X):
+        return float(np.abs(X.data).max()) if X.nnz else 0.0
+    out = 0.0
+    for start in range(0, X.shape[0], 65536):
+        block = np.asarray(X[start:start + 65536])
+        if block.size:
+            out = max(out, float(np.abs(block).max()))
+    return out
+
+
 def _op_scale(v, dtype):
     """Factor that brings ``v`` to max-abs 1 before a single-precision product (1 in double)."""
     if dtype == np.float64:
@@ -279,6 +295,10 @@ class DRBMModel(Model):
         self.operator_dtype = np.dtype(operator_dtype)
         if self.operator_dtype not in (np.float64, np.float32):
             raise ValueError(f"operator_dtype must be 'float64' or 'float32'; got {operator_dtype!r}.")
+        if self.operator_dtype == np.float32 and _largest_abs(self.X) * max(1, X.shape[1]) > _FLOAT32_SAFE:
+            # Features this large overflow single precision in the per-example products
+            # (|X W| <= D max|X| with W scaled to max |W| = 1); double precision keeps them.
+            self.operator_dtype = np.dtype(np.float64)
         H, D, C = self.n_hidden, self.n_features, self.n_classes
         self.n_params = H * D + H * C + ((H + C) if self.fit_intercept else 0)
         self._theta0 = self.random_point(np.random.default_rng(random_state))
