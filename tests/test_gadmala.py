@@ -30,17 +30,19 @@ class GaussianTarget(Model):
 
 
 class FixedRNG:
-    """Stands in for a Generator: ``standard_normal`` returns ``eps``, ``random`` returns ``u``."""
+    """Stands in for a Generator: the next iteration's ``epsilon`` is ``eps`` and its uniform
+    ``u``. The samplers draw a block of iterations' randomness at once; the later rows differ
+    from the first (in norm too), so a step that mixed rows would not see ``eps`` and ``u``."""
 
     def __init__(self, eps, u):
         self.eps, self.u = np.asarray(eps, float), float(u)
 
     def standard_normal(self, size):
-        assert size == self.eps.size
-        return self.eps.copy()
+        assert size[1] == self.eps.size
+        return np.outer(np.arange(1, size[0] + 1), self.eps) + np.arange(size[0])[:, None]
 
-    def random(self):
-        return self.u
+    def random(self, size):
+        return np.where(np.arange(size) == 0, self.u, 1.0 - 0.5 * self.u)
 
 
 def run(sampler, model, theta0, n_burn, n_keep, seed):
@@ -276,11 +278,11 @@ def test_log_ratio_matches_direct_gaussian_densities(name, base):
         accepted = np.log(u) < expected
         np.testing.assert_allclose(state.theta, y if accepted else x, rtol=1e-12, atol=1e-14)
         assert state.extra["accepted"] == float(accepted)
-        assert state.extra["accept_prob"] == pytest.approx(min(1.0, np.exp(expected)))
+        assert sampler.sample_stats(state) == (float(accepted), pytest.approx(min(1.0, np.exp(expected))))
         if accepted and k % 2 == 0:
             np.testing.assert_allclose(state.extra["grad"], g_y)
             if mala:
-                np.testing.assert_allclose(state.extra["Lt_grad"], L.T @ g_y)
+                np.testing.assert_allclose(state.extra["half_Lt_grad"], 0.5 * L.T @ g_y)
 
 
 # -- the adaptation gradient -------------------------------------------------------------------
@@ -377,7 +379,7 @@ def test_adaptation_stops_at_end_adaptation():
         sampler.step(state, target, rng)
     np.testing.assert_array_equal(state.extra["L"], L)
     assert state.extra["beta"] == beta
-    np.testing.assert_allclose(state.extra["Lt_grad"], L.T @ state.extra["grad"])
+    np.testing.assert_allclose(state.extra["half_Lt_grad"], 0.5 * L.T @ state.extra["grad"])
     summary = sampler.chain_summary(state)
     assert state.extra["n_adapt_steps"] == 300 and state.extra["n_steps"] == 200
     assert summary["acceptance_rate"] == state.extra["n_accepted"] / 200

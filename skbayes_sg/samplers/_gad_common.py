@@ -47,6 +47,13 @@ _BETA_CEIL = 1e100
 #: posterior's scale, not to 0.1 / sqrt(P), and L stays positive definite at any scale.
 _DIAG_FLOOR_FRACTION = 0.05
 
+#: Iterations whose randomness (the proposal's ``epsilon`` and the M-H uniform) one call to
+#: the generator draws, at most ``_NOISE_FLOATS`` floats: a call costs about a microsecond
+#: whatever its size, as much as the rest of a frozen gadMALA iteration's arithmetic on a
+#: small posterior, and reading a row of the block costs a tenth of that.
+_NOISE_ROWS = 256
+_NOISE_FLOATS = 2**16
+
 CHOLESKY_KINDS = ("full", "diag")
 #: The string values of ``init_scale``.
 INIT_SCALES = ("map", "auto")
@@ -231,7 +238,10 @@ class GadSampler(BaseSampler):
             "w": factor_tmul(L0, grad),
             "adapting": True,
             "accepted": 0.0,
-            "accept_prob": 0.0,
+            "log_accept_ratio": -math.inf,
+            # Randomness of the next iterations, drawn by blocks (_noise); empty until the first.
+            "noise": np.empty((0, n)),
+            "noise_i": 0,
             "n_adapt_steps": 0,
             "n_adapt_accepted": 0,
             "n_steps": 0,
@@ -354,11 +364,33 @@ class GadSampler(BaseSampler):
         beta = extra["beta"] * (1.0 + self.beta_rate * (accepted - self.target_accept))
         extra["beta"] = min(max(beta, _BETA_FLOOR), _BETA_CEIL)
 
+    # -- randomness -------------------------------------------------------------------
+    def _noise(self, extra, rng):
+        """``(epsilon, |epsilon|^2, log u)`` of this iteration: ``epsilon ~ N(0, I)``, ``u ~ U(0, 1)``.
+
+        Drawn by blocks of iterations (``_NOISE_ROWS``), kept in the state: the draws are
+        those of the chain's own generator in a fixed order, so they do not depend on how
+        the run is cut into calls (progress chunks, ``n_iter="auto"``'s blocks, a
+        continued fit). Accepting when ``log u < log r`` is accepting with probability
+        ``min(1, r)``; a NaN ratio rejects.
+        """
+        i = extra["noise_i"]
+        E = extra["noise"]
+        if i == E.shape[0]:
+            P = E.shape[1]
+            rows = max(1, min(_NOISE_ROWS, _NOISE_FLOATS // max(P, 1)))
+            E = extra["noise"] = rng.standard_normal((rows, P))
+            extra["noise_sq"] = np.einsum("ij,ij->i", E, E)
+            with np.errstate(divide="ignore"):
+                extra["noise_log_u"] = np.log(rng.random(rows))
+            i = 0
+        extra["noise_i"] = i + 1
+        return E[i], extra["noise_sq"][i], extra["noise_log_u"][i]
+
     # -- bookkeeping ----------------------------------------------------------------------
     def _record(self, state, log_ratio, accepted):
         extra = state.extra
         extra["accepted"] = 1.0 if accepted else 0.0
-        extra["accept_prob"] = 1.0 if log_ratio >= 0.0 else (math.exp(log_ratio) if log_ratio == log_ratio else 0.0)
         extra["log_accept_ratio"] = log_ratio
         if extra["adapting"]:
             extra["n_adapt_steps"] += 1
@@ -369,7 +401,10 @@ class GadSampler(BaseSampler):
 
     def sample_stats(self, state):
         """``accepted`` (1 or 0) and ``accept_prob`` (``min(1, MH ratio)``) of the latest step."""
-        return state.extra["accepted"], state.extra["accept_prob"]
+        extra = state.extra
+        r = extra["log_accept_ratio"]
+        # Formed here, for the stored draws only, not in every iteration.
+        return extra["accepted"], (1.0 if r >= 0.0 else math.exp(r) if r == r else 0.0)
 
     def chain_summary(self, state):
         """Acceptance rates, the final ``beta`` and the learned ``L`` of one chain.
@@ -396,14 +431,3 @@ class GadSampler(BaseSampler):
         out["proposal_cholesky" if L.ndim == 2 else "proposal_scale"] = np.array(L)
         return out
 
-
-def metropolis_accept(log_ratio, rng):
-    """Accept with probability ``min(1, exp(log_ratio))``; NaN rejects.
-
-    One uniform is drawn whatever the outcome, so the random stream does not depend on
-    the ratio's value.
-    """
-    u = rng.random()
-    if log_ratio >= 0.0:
-        return True
-    return u < math.exp(log_ratio) if log_ratio == log_ratio else False

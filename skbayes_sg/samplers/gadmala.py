@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ._gad_common import GadSampler, factor_mul, factor_tmul, metropolis_accept
+from ._gad_common import GadSampler, factor_mul, factor_tmul
 
 
 class GadMALA(GadSampler):
@@ -150,71 +150,76 @@ class GadMALA(GadSampler):
         return (n_params / tr3) ** (1.0 / 6.0) if np.isfinite(tr3) and tr3 > 0 else 1.0
 
     def _refresh_cache(self, state):
-        """``L' grad log pi(x) = M' (L0' grad log pi(x))`` for the current ``x`` and ``L``."""
-        state.extra["Lt_grad"] = factor_tmul(state.extra["L"], state.extra["w"])
+        """``h = (1/2) L' grad log pi(x)`` for the current ``x`` and ``L``; frozen, ``(1/2) L'`` too.
+
+        While adapting, ``(1/2) M' (L0' grad log pi(x))``. Once ``L`` is frozen its half
+        transpose is kept contiguous, so that each iteration's ``(1/2) L' grad log pi(y)`` is
+        one matrix-vector product.
+        """
+        extra = state.extra
+        L = extra["L"]
+        if extra["adapting"]:
+            extra["half_Lt_grad"] = 0.5 * factor_tmul(L, extra["w"])
+        else:
+            half_Lt = extra["half_Lt"] = np.ascontiguousarray(0.5 * L.T) if L.ndim == 2 else 0.5 * L
+            extra["half_Lt_grad"] = factor_mul(half_Lt, extra["grad"])
 
     def step(self, state, target, rng):
         """One gadMALA iteration: propose, adapt ``L`` (burn-in), accept or reject, adapt ``beta``."""
         extra = state.extra
         if extra["adapting"]:
             return self._adapting_step(state, target, rng)
-        # The frozen kernel, most of a fit's iterations: one gradient, two products with L,
-        # and as few other array operations as the M-H ratio needs (on small problems they
-        # cost as much as the gradient).
+        # The frozen kernel, most of a fit's iterations: one gradient, two products with L
+        # and as few other array operations as the M-H ratio needs (on small problems each
+        # costs about a tenth of the gradient). With u = h_x + epsilon, y = x + L u and
+        # d = h_y + u = (1/2) L' (g_x + g_y) + epsilon.
+        eps, eps_sq, log_u = self._noise(extra, rng)
         L = extra["L"]
-        x = state.theta
-        eps = rng.standard_normal(x.size)
-        u = extra["Lt_grad"] * 0.5
-        u += eps
-        full = L.ndim == 2
-        y = L @ u if full else L * u
-        y += x
+        u = extra["half_Lt_grad"] + eps
+        y = L @ u if L.ndim == 2 else L * u
+        y += state.theta
         log_p_y, g_y = target.log_posterior_and_grad(y)
-        Lt_g_y = L.T @ g_y if full else L * g_y
-        d = Lt_g_y * 0.5
-        d += u
-        log_ratio = float(log_p_y - extra["log_p"] - 0.5 * (d @ d - eps @ eps))
-        accepted = metropolis_accept(log_ratio, rng)
+        h_y = extra["half_Lt"] @ g_y if L.ndim == 2 else extra["half_Lt"] * g_y
+        d = h_y + u
+        log_ratio = log_p_y - extra["log_p"] - 0.5 * (d @ d - eps_sq)
+        accepted = bool(log_u < log_ratio)
         self._record(state, log_ratio, accepted)
         if accepted:
             state.theta = y
-            extra["log_p"] = float(log_p_y)
+            extra["log_p"] = log_p_y
             extra["grad"] = extra["w"] = g_y
-            extra["Lt_grad"] = Lt_g_y
+            extra["half_Lt_grad"] = h_y
         return state
 
     def _adapting_step(self, state, target, rng):
         """A burn-in iteration: as :meth:`step`, with the RMSprop step on ``L`` (``M``) and
         the ``beta`` update of Algorithm 1, and ``L = L0 M`` applied as two factors."""
         extra = state.extra
-        L, L0 = extra["L"], extra["L0"]
-        x, w_x = state.theta, extra["w"]
-        eps = rng.standard_normal(x.size)
-        u = 0.5 * extra["Lt_grad"]
-        u += eps
-        y = x + factor_mul(L0, factor_mul(L, u))
+        M, L0 = extra["L"], extra["L0"]
+        w_x = extra["w"]
+        eps, eps_sq, log_u = self._noise(extra, rng)
+        u = extra["half_Lt_grad"] + eps
+        y = state.theta + factor_mul(L0, factor_mul(M, u))
         log_p_y, g_y = target.log_posterior_and_grad(y)
         # While adapting with a base factor, L = L0 M is never formed (O(P^3) per change of
         # M): L' g = M' (L0' g), two triangular products, and L0' g is what the adaptation uses.
         w_y = factor_tmul(L0, g_y)
-        Lt_g_y = factor_tmul(L, w_y)
-        d = 0.5 * Lt_g_y
-        d += u
-        log_ratio = float(log_p_y - extra["log_p"] - 0.5 * (d @ d - eps @ eps))
-        accepted = metropolis_accept(log_ratio, rng)
+        h_y = 0.5 * factor_tmul(M, w_y)
+        d = h_y + u
+        log_ratio = log_p_y - extra["log_p"] - 0.5 * (d @ d - eps_sq)
+        accepted = bool(log_u < log_ratio)
         self._record(state, log_ratio, accepted)
         if -math.inf < log_ratio < 0.0:
             # b = u - L'g_y / 2 = L'(g_x - g_y) / 2 + epsilon, reusing both cached products;
             # a = -(g_x - g_y) / 2 in M's coordinates, L0' a.
-            b = 0.5 * Lt_g_y
-            np.subtract(u, b, out=b)
-            self._adapt(state, -0.5 * (w_x - w_y), b)
+            np.subtract(u, h_y, out=h_y)
+            self._adapt(state, -0.5 * (w_x - w_y), h_y)
         else:
             self._adapt(state, None, None)
         self._update_beta(state, accepted)
         if accepted:
             state.theta = y
-            extra["log_p"] = float(log_p_y)
+            extra["log_p"] = log_p_y
             extra["grad"] = g_y
             extra["w"] = w_y
         # L has moved: the cached L' grad log pi(x) is stale whether or not y was taken.
@@ -288,12 +293,11 @@ class GadRWM(GadSampler):
         """One gadRWM iteration: propose, adapt ``L`` (burn-in), accept or reject, adapt ``beta``."""
         extra = state.extra
         L, L0 = extra["L"], extra["L0"]
-        x = state.theta
-        eps = rng.standard_normal(x.size)
-        y = x + factor_mul(L0, factor_mul(L, eps))
+        eps, _, log_u = self._noise(extra, rng)
+        y = state.theta + factor_mul(L0, factor_mul(L, eps))
         log_p_y, g_y = target.log_posterior_and_grad(y)
-        log_ratio = float(log_p_y - extra["log_p"])
-        accepted = metropolis_accept(log_ratio, rng)
+        log_ratio = log_p_y - extra["log_p"]
+        accepted = bool(log_u < log_ratio)
         adapting = extra["adapting"]
         self._record(state, log_ratio, accepted)
         if adapting:
@@ -305,6 +309,6 @@ class GadRWM(GadSampler):
             self._update_beta(state, accepted)
         if accepted:
             state.theta = y
-            extra["log_p"] = float(log_p_y)
+            extra["log_p"] = log_p_y
             extra["grad"] = g_y
         return state
