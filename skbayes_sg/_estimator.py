@@ -48,6 +48,24 @@ KINETIC_TOLERANCE = 0.1
 #: Hessian, O(N P^2), and one O(P^3) solve), by L-BFGS beyond.
 NEWTON_MAX_PARAMS = 250
 
+#: ``burn_in="auto"``: the fraction of each chain discarded, as in the papers, unless the
+#: sampler sets its own for chains started at draws of the Laplace approximation
+#: (``_laplace_burn_in``, the adaptive samplers', see :meth:`BaseSGBayes._run_policy`).
+AUTO_BURN_IN = 0.2
+
+#: ``max_draws="auto"``: draws stored per chain. Samplers whose draws are nearly independent
+#: (``_store_every_draw``: the Metropolis-adjusted gadMALA and gadRWM, autocorrelation times
+#: of a few iterations) store every kept draw as long as all chains' draws together stay
+#: within ``AUTO_DRAW_FLOATS`` floats, at least ``AUTO_MAX_DRAWS`` per chain: thinning them
+#: discards effective samples (x4 loses 20% of the ESS at an autocorrelation time of 5).
+#: 2^19 floats (4 MiB) is what the stochastic-gradient samplers store on a9a (4 chains of
+#: 1,000 draws of 124 parameters), so that prediction, whose cost is linear in the stored
+#: floats, never costs more per test row than theirs there. The stochastic-gradient
+#: samplers keep ``AUTO_MAX_DRAWS``, as before: their draws are more autocorrelated (14
+#: iterations per effective draw on a9a, which its thinning x4 hardly touches).
+AUTO_MAX_DRAWS = 1000
+AUTO_DRAW_FLOATS = 2**19
+
 #: What a continued fit (``warm_start``) carries over from the first fit's diagnostics.
 _FIT_INFO = ("lambda_max", "noise_eigenvalue", "predicted_noise_error", "gradient", "preconditioner")
 
@@ -70,7 +88,8 @@ class BaseSGBayes(BaseEstimator):
     _parameter_constraints = {
         "sampler": [str, HasMethods(["init_state", "step"])],
         "n_iter": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "burn_in": [Interval(Real, 0, 1, closed="left"), Interval(Integral, 0, None, closed="left")],
+        "burn_in": [Interval(Real, 0, 1, closed="left"), Interval(Integral, 0, None, closed="left"),
+                    StrOptions({"auto"})],
         "thin": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
         "batch_scheme": [StrOptions(set(BATCH_SCHEMES))],
@@ -82,7 +101,7 @@ class BaseSGBayes(BaseEstimator):
         "alpha": [Interval(Real, 0, None, closed="neither")],
         "fit_intercept": ["boolean"],
         "warm_start": ["boolean"],
-        "max_draws": [Interval(Integral, 1, None, closed="left"), None],
+        "max_draws": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
         "verbose": ["verbose"],
     }
 
@@ -94,9 +113,43 @@ class BaseSGBayes(BaseEstimator):
         raise NotImplementedError
 
     # -- the fit loop --------------------------------------------------------------------
-    def _n_burn(self, sampler):
-        n_iter = _run_length.first_n_iter(self.n_iter, self.burn_in, getattr(sampler, "_min_adaptation", 0))
-        n_burn = _run_length.n_burn_of(self.burn_in, n_iter)
+    def _laplace_start(self, sampler):
+        """Whether the chains start at draws of the Laplace approximation at the MAP, with the
+        proposal's initial factor from the curvature there: an adaptive sampler whose
+        proposal starts from the curvature (``init_scale="map"``) under ``init="map"``."""
+        return (isinstance(self.init, str) and self.init == "map" and hasattr(sampler, "fix_initial_factor")
+                and getattr(sampler, "init_scale", None) == "map")
+
+    def _run_policy(self, sampler, n_params):
+        """``(burn_in, min_adaptation, max_draws)`` of this fit, the ``"auto"`` values resolved.
+
+        ``burn_in="auto"`` is :data:`AUTO_BURN_IN` but for the adaptive samplers started at
+        draws of the Laplace approximation (:meth:`_laplace_start`), whose proposal is then
+        optimally scaled for the curvature at the MAP from the first iteration: their burn-in
+        only adapts it, and the chains need none to forget a start already near
+        stationarity, so they discard the sampler's ``_laplace_burn_in`` (5%). Their first
+        block of ``n_iter="auto"`` then covers ``_laplace_min_adaptation`` adapting
+        iterations (250), ``_min_adaptation`` (1,000) otherwise. ``max_draws="auto"``: see
+        :data:`AUTO_MAX_DRAWS`.
+        """
+        laplace = self._laplace_start(sampler)
+        min_adaptation = getattr(sampler, "_min_adaptation", 0)
+        burn_in = self.burn_in
+        if laplace:
+            min_adaptation = getattr(sampler, "_laplace_min_adaptation", min_adaptation)
+        if isinstance(burn_in, str):
+            burn_in = getattr(sampler, "_laplace_burn_in", AUTO_BURN_IN) if laplace else AUTO_BURN_IN
+        max_draws = self.max_draws
+        if isinstance(max_draws, str):
+            max_draws = AUTO_MAX_DRAWS
+            if getattr(sampler, "_store_every_draw", False):
+                max_draws = max(AUTO_MAX_DRAWS, AUTO_DRAW_FLOATS // (self.n_chains * max(n_params, 1)))
+        return burn_in, min_adaptation, max_draws
+
+    def _n_burn(self, sampler, n_params):
+        burn_in, min_adaptation, _ = self._run_policy(sampler, n_params)
+        n_iter = _run_length.first_n_iter(self.n_iter, burn_in, min_adaptation)
+        n_burn = _run_length.n_burn_of(burn_in, n_iter)
         if n_burn >= n_iter:
             raise ValueError(
                 f"burn_in={self.burn_in!r} discards {n_burn} of n_iter={self.n_iter} iterations, leaving no "
@@ -205,13 +258,21 @@ class BaseSGBayes(BaseEstimator):
                                       self._auto_preconditioner, self._auto_control_variate, self.batch_scheme,
                                       start_at_map=isinstance(self.init, str) and self.init == "map")
             chain_model = geometry.chain_model(model)
-            n_burn = self._n_burn(sampler)
+            n_burn = self._n_burn(sampler, model.n_params)
             starts = Geometry.to_chain(chain_model, self._initial_points(model))
             if geometry.L is not None and isinstance(self.init, str) and self.init == "map":
                 # Chains start at draws of the Laplace approximation, N(0, I) in whitened
                 # coordinates: already near stationarity, and dispersed so that R-hat can
                 # tell chains that do not mix from chains that agree by construction.
                 starts = starts + self._start_rng().standard_normal(starts.shape)
+            elif self._laplace_start(sampler):
+                # The adaptive samplers' proposal starts from L0 L0' = H^-1 at the MAP, computed
+                # once for all chains; the chains start at draws of N(theta_map, L0 L0'), for
+                # the same reasons (their burn-in is then only their adaptation).
+                L0, _ = sampler.fix_initial_factor(chain_model, starts[0])
+                if L0 is not None:
+                    z = self._start_rng().standard_normal(starts.shape)
+                    starts = starts + (z @ L0.T if L0.ndim == 2 else z * L0)
             sigma_max = self._noise_eigenvalue(chain_model, geometry, batch_size)
             # Whitened at the MAP with the exact Hessian, the curvature there is 1.
             lam = 1.0 if geometry.preconditioner == "dense" else None
@@ -244,9 +305,10 @@ class BaseSGBayes(BaseEstimator):
         elif resume:
             draws = np.concatenate([self.samples_, draws], axis=1)
             stats = {k: np.concatenate([self.sample_stats_[k], v], axis=1) for k, v in stats.items()}
-            if self.max_draws is not None and draws.shape[1] > self.max_draws:
+            max_draws = self._run_policy(sampler, model.n_params)[2]
+            if max_draws is not None and draws.shape[1] > max_draws:
                 # Keep memory bounded on long continued runs: thin the whole record evenly.
-                keep = np.linspace(0, draws.shape[1] - 1, self.max_draws).round().astype(int)
+                keep = np.linspace(0, draws.shape[1] - 1, max_draws).round().astype(int)
                 draws = draws[:, keep]
                 stats = {k: v[:, keep] for k, v in stats.items()}
             n_grad = self.diagnostics_["n_grad_evals"] + sum(r.n_grad_evals for r in results)
@@ -281,18 +343,18 @@ class BaseSGBayes(BaseEstimator):
         (:mod:`skbayes_sg._run_length`). A continued fit (``resume``) has no burn-in, and
         with ``"auto"`` runs until its own draws meet the targets.
         """
-        n_iter = _run_length.first_n_iter(self.n_iter, None if resume else self.burn_in,
-                                          getattr(sampler, "_min_adaptation", 0))
-        eff_thin, _ = draw_schedule(n_iter, n_burn, self.thin, self.max_draws)
+        burn_in, min_adaptation, max_draws = self._run_policy(sampler, chain_model.n_params)
+        burn_in = None if resume else burn_in
+        n_iter = _run_length.first_n_iter(self.n_iter, burn_in, min_adaptation)
+        eff_thin, _ = draw_schedule(n_iter, n_burn, self.thin, max_draws)
         blocks = [_run_length.Schedule(n_iter, n_burn, eff_thin)]
-        runners = start_chains(sampler, chain_model, list(starts), n_iter, n_burn, self.thin, self.max_draws,
+        runners = start_chains(sampler, chain_model, list(starts), n_iter, n_burn, self.thin, max_draws,
                                batch_size, self.batch_scheme, self._seeds(fit_round), step_size, control_variate)
         runners = advance_chains(runners, chain_model, self.n_jobs, self.verbose)
         summary = None
         while self.n_iter == "auto":
             summary = diagnostics.summarize(np.stack([r.kept_draws() for r in runners]))
-            nxt = _run_length.next_schedule(blocks[-1], summary, None if resume else self.burn_in,
-                                            self.max_draws, len(runners))
+            nxt = _run_length.next_schedule(blocks[-1], summary, burn_in, max_draws, len(runners))
             if nxt is None:
                 break
             blocks.append(nxt)

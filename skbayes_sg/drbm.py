@@ -137,9 +137,9 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         "init": [StrOptions({"random", "map", "zeros"}), "array-like"],
     }
 
-    def __init__(self, *, n_hidden=100, init_scale=0.1, sampler="mccadl", n_iter=5000, burn_in=0.2, thin=1,
+    def __init__(self, *, n_hidden=100, init_scale=0.1, sampler="mccadl", n_iter=5000, burn_in="auto", thin=1,
                  batch_size="auto", batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None,
-                 init="random", alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0):
+                 init="random", alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0):
         self.n_hidden = n_hidden
         self.init_scale = init_scale
         self.sampler = sampler

@@ -30,9 +30,15 @@ _COMMON_DOC = """
         the posterior allows, and its draws are those a fit with the final ``n_iter``
         would have kept (see :ref:`run-length`); the blocks are in
         ``diagnostics_["n_iter_blocks"]``.
-    burn_in : float in [0, 1) or int, default=0.2
+    burn_in : float in [0, 1), int or "auto", default="auto"
         Iterations discarded at the start of each chain: a fraction of ``n_iter`` (of the
         final length with ``"auto"``) or a count (which must be below ``n_iter``).
+        ``"auto"``: 0.2, as in the papers, except for the adaptive samplers (``"gadmala"``,
+        ``"gadrwm"``) under ``init="map"``: their chains start at draws of the Laplace
+        approximation with a proposal already scaled to the curvature at the MAP, so their
+        burn-in only refines it, and 0.05 (250 iterations of the first 5,000 with
+        ``n_iter="auto"``) gives the acceptance and ESS per draw of 1,000 (see
+        :ref:`burn-in`).
     thin : int, default=1
         Keep every ``thin``-th iteration after burn-in.
     batch_size : int, "auto" or None, default="auto"
@@ -73,10 +79,14 @@ _COMMON_DOC = """
         state, step size and thermostat included) for ``n_iter`` more iterations with no
         burn-in (with ``"auto"``: until the new draws alone meet the targets), and
         appends the new draws.
-    max_draws : int or None, default=1000
+    max_draws : int, "auto" or None, default="auto"
         At most this many draws are stored per chain: thinning is raised above ``thin``
         when needed, so memory stays at ``n_chains * max_draws * n_params`` floats however
-        long the run. ``None`` stores every kept draw.
+        long the run. ``None`` stores every kept draw. ``"auto"``: 1,000, except for the
+        adaptive samplers, whose draws are nearly independent, so that thinning would
+        discard effective samples: they store every kept draw while all chains' draws fit
+        in 2^19 floats (4 MiB, what 4 chains of 1,000 draws of 124 parameters take), at
+        least 1,000 per chain. Predicting costs time linear in the stored draws.
     verbose : int, default=0
         Progress output of the parallel chains (joblib's verbosity)."""
 
@@ -147,9 +157,9 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     (2, 2)
     """
 
-    def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in=0.2, thin=1, batch_size="auto",
+    def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in="auto", thin=1, batch_size="auto",
                  batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None, init="map",
-                 alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0):
+                 alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0):
         self.sampler = sampler
         self.n_iter = n_iter
         self.burn_in = burn_in
@@ -255,9 +265,9 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         "noise_prior_rate": [Interval(Real, 0, None, closed="neither")],
     }
 
-    def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in=0.2, thin=1, batch_size="auto",
+    def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in="auto", thin=1, batch_size="auto",
                  batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None, init="map",
-                 alpha=1.0, fit_intercept=True, warm_start=False, max_draws=1000, verbose=0,
+                 alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0,
                  noise_precision=None, noise_prior_shape=1e-6, noise_prior_rate=1e-6):
         self.sampler = sampler
         self.n_iter = n_iter

@@ -509,6 +509,104 @@ def test_posterior_at_any_scale_with_sampled_noise():
     assert 0.45 < reg.diagnostics_["acceptance_rate"] < 0.7
 
 
+# -- the estimators' policy for the adaptive samplers ----------------------------------------------
+
+
+def test_auto_burn_in_and_max_draws_resolve_per_sampler_and_start():
+    """burn_in="auto": 5% and a 250-iteration first-block adaptation for the adaptive samplers
+    started at Laplace draws, 20% and 1,000 from other starts, 20% for the SG samplers;
+    max_draws="auto": every draw up to 2^19 floats for the adaptive samplers, 1,000 otherwise."""
+    from skbayes_sg import _estimator
+
+    est = SGBayesLogisticRegression(n_chains=4)
+    gad, P = get_sampler("gadmala"), 25
+    assert _estimator.AUTO_DRAW_FLOATS == 2**19
+    assert est._run_policy(gad, P) == (0.05, 250, 2**19 // (4 * P))
+    assert est._run_policy(gad, 124) == (0.05, 250, 1057)
+    assert est._run_policy(gad, 5000) == (0.05, 250, 1000)
+    assert est._run_policy(get_sampler("sgld"), P) == (_estimator.AUTO_BURN_IN, 0, 1000)
+    assert est.set_params(init="zeros")._run_policy(gad, P)[:2] == (0.2, 1000)
+    assert est.set_params(init="map")._run_policy(get_sampler(GadRWM(init_scale=None)), P)[:2] == (0.2, 1000)
+    # Explicit values are kept; the Laplace start still shortens the first block's adaptation.
+    assert est.set_params(burn_in=0.3, max_draws=None)._run_policy(gad, P) == (0.3, 250, None)
+
+
+def test_map_start_chains_start_at_laplace_draws_with_the_map_curvature(monkeypatch):
+    """init="map": every chain's proposal starts from c(P) L0 with L0 L0' = H^-1 at the MAP
+    (computed once), and the chains start at draws of N(theta_map, L0 L0')."""
+    from skbayes_sg import _estimator
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 2)) * [1.0, 30.0] + [0.0, 50.0]  # unscaled: correlated with the intercept
+    y = (X[:, 0] + 0.02 * (X[:, 1] - 50) + rng.normal(size=300) > 0).astype(int)
+    captured = {}
+    real_start_chains = _estimator.start_chains
+
+    def spy(sampler, model, starts, *args, **kwargs):
+        captured["starts"], captured["model"] = np.array(starts), model
+        return real_start_chains(sampler, model, starts, *args, **kwargs)
+
+    monkeypatch.setattr(_estimator, "start_chains", spy)
+    n = 2000
+    clf = SGBayesLogisticRegression(sampler="gadmala", batch_size=None, n_chains=n, n_iter=2, burn_in=1,
+                                    random_state=0)
+    clf.fit(X, y)
+    model = captured["model"]
+    theta_map = _estimator._map_estimate(model)
+    L0 = np.linalg.cholesky(np.linalg.inv(model.hessian(theta_map)))
+    z = np.linalg.solve(L0, (captured["starts"] - theta_map).T).T
+    # Whitened by the exact factor the starts are N(0, I): mean within 4.5 standard errors,
+    # covariance entries within 4.5 sqrt(2 / n) (an L0' in place of L0 gives entries of 0.9).
+    assert np.abs(z.mean(axis=0)).max() < 4.5 / np.sqrt(n)
+    assert np.abs(np.cov(z.T) - np.eye(3)).max() < 4.5 * np.sqrt(2 / n)
+    c = 1.65 * 3 ** (-1 / 6)
+    L_first = clf.diagnostics_["proposal_cholesky"]  # after one adapting step: M moved by ~eta
+    np.testing.assert_allclose(L_first[0], c * L0, rtol=0.01, atol=1e-3 * np.abs(L0).max())
+    np.testing.assert_allclose(L_first[-1], L_first[0], rtol=0.01, atol=1e-3 * np.abs(L0).max())
+
+
+def test_fixed_initial_factor_is_used_wherever_the_chain_starts():
+    model = small_logistic()
+    theta_map = np.array([0.4, -0.8, 0.1])
+    sampler = GadMALA()
+    L0, c = sampler.fix_initial_factor(model, theta_map)
+    np.testing.assert_allclose(L0, np.linalg.cholesky(np.linalg.inv(model.hessian(theta_map))), rtol=1e-10)
+    state = sampler.init_state(np.array([2.0, 1.0, -1.0]), MinibatchGradient(model, None), np.random.default_rng(0))
+    np.testing.assert_array_equal(state.extra["L0"], L0)
+    assert c == pytest.approx(1.65 * 3 ** (-1 / 6)) and np.allclose(state.extra["L"], c * np.eye(3))
+
+
+@pytest.mark.parametrize("sampler", [GadMALA(), GadRWM(cholesky="diag")], ids=["gadmala", "gadrwm"])
+def test_draws_do_not_depend_on_how_the_run_is_cut(sampler):
+    """The randomness drawn by blocks of iterations lives in the chain's state: advancing in
+    chunks that do not align with the blocks gives the same draws as one call."""
+    from skbayes_sg._chains import ChainRunner
+
+    model = small_logistic()
+    runs = []
+    for chunk in (None, 37):
+        runner = ChainRunner(sampler, model, np.zeros(3), 700, 100, 1, None, None, "replacement",
+                             np.random.SeedSequence(5))
+        while not runner.done:
+            runner.advance(chunk)
+        runs.append(runner.draws)
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_default_fit_keeps_every_draw_after_a_short_adaptation():
+    """The defaults of an adaptive sampler: 5% burn-in (250 adapting iterations of a 5,000
+    iteration first block), every kept draw stored, acceptance near its target, R-hat < 1.01."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4)) * [1, 10, 100, 0.1] + [0, 5, -50, 1]
+    y = (X @ [1.0, 0.1, 0.01, 5.0] - 1.0 + rng.normal(size=300) > 0).astype(int)
+    clf = SGBayesLogisticRegression(sampler="gadmala", batch_size=None, random_state=0).fit(X, y)
+    diag = clf.diagnostics_
+    assert diag["n_iter_blocks"][0] == 5000 and diag["n_adapt_steps"] == 4 * 250
+    assert clf.samples_.shape == (4, clf.n_iter_ - round(0.05 * clf.n_iter_), 5) and diag["thin"] == 1
+    assert abs(diag["acceptance_rate"] - 0.55) < 0.07 and diag["rhat"].max() < 1.01
+
+
 def test_minibatch_request_is_a_clear_error():
     X, y = np.random.default_rng(0).normal(size=(50, 2)), np.arange(50) % 2
     with pytest.raises(ValueError, match="batch_size=None"):

@@ -248,8 +248,13 @@ def test_gradient_differences_from_the_cached_centre_are_two_evaluations(name, t
             np.testing.assert_allclose(diff, expected, rtol=1e-12, atol=1e-12)
             np.testing.assert_allclose(on_disk.per_example_gradient_differences(theta, c, rows).to_dense(),
                                        expected, rtol=1e-12, atol=1e-12)
-        assert model._centre_cache[0] == np.asarray(c).tobytes()
+        assert model._centre_cache[0] == np.asarray(c).tobytes() and model._centre_cache[1] is not None
     assert on_disk._centre_cache is None
+    # A centre met once is not worth a pass over all rows: callers that vary it never pay one.
+    fresh = type(model)(X, model.y, **kwargs)
+    for c in (centre, other, centre, other):
+        fresh.per_example_gradient_differences(theta, c, slice(0, 5))
+        assert fresh._centre_cache[1] is None
     # Shared by every minibatch, the cache cannot be written through.
     with pytest.raises(ValueError, match="read-only"):
         model._centre_cache[1][0] = 0.0

@@ -136,7 +136,12 @@ def test_adaptive_samplers_first_block_covers_their_adaptation():
     y = (y > 0).astype(int)
     from skbayes_sg import SGBayesLogisticRegression
 
+    # From Laplace draws (init="map", the default) the proposal starts optimally scaled and
+    # adapts for 250 iterations, 5% of the first block; from elsewhere, for 1,000 (20%).
     est = SGBayesLogisticRegression(sampler="gadmala", batch_size=None, n_chains=2, random_state=0).fit(X, y)
+    assert est.diagnostics_["n_iter_blocks"][0] == 5000
+    assert est.diagnostics_["n_adapt_steps"] == 2 * 250
+    est.set_params(init="zeros").fit(X, y)
     assert est.diagnostics_["n_iter_blocks"][0] == 5000
     assert est.diagnostics_["n_adapt_steps"] == 2 * 1000
 

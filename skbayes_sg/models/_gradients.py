@@ -180,7 +180,8 @@ class LinearPerExampleGradients(PerExampleGradients):
             out[: D * K] = np.asarray(self.X.T @ self.R).ravel()
         pos = D * K
         if self.fit_intercept:
-            out[pos : pos + K] = np.add.reduce(self.R, axis=0)
+            # One output: the 1-D reduction, the same sum without the 2-D reduction's setup.
+            out[pos : pos + K] = np.add.reduce(self.R, axis=0) if K > 1 else np.add.reduce(self._r)
             pos += K
         if self.extra is not None:
             out[pos:] = np.add.reduce(self.extra, axis=0)
@@ -190,13 +191,14 @@ class LinearPerExampleGradients(PerExampleGradients):
     def matvec(self, v):
         D = self._shape[0]
         if self._r is not None:
-            # One output (logistic, linear regression): the hot path of mCCAdL's C step.
-            z = self.X @ v[:D]
+            # One output (logistic, linear regression): the hot path of mCCAdL's C step, in
+            # place on the product's own result.
+            out = np.asarray(self.X @ v[:D]).ravel()
             pos = D
             if self.fit_intercept:
-                z = z + v[D]
+                out += v[D]
                 pos += 1
-            out = np.asarray(z).ravel() * self._r
+            out *= self._r
             if self.extra is not None:
                 out += self.extra @ v[pos:]
             return out

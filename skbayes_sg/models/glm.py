@@ -88,7 +88,7 @@ class _GLM(Model):
     _row_weight_cache = None
     #: ``(theta_hat bytes, R_hat (N, K), extra_hat (N, k) or None)``: the per-example
     #: gradient terms of all rows at a control variate's centre (see
-    #: :meth:`per_example_gradient_differences`).
+    #: :meth:`_centre_terms`); ``R_hat`` is None for a centre seen once.
     _centre_cache = None
     _cache_row_norms = True
     _n_extra = 0
@@ -338,6 +338,11 @@ class _GLM(Model):
         key = theta_hat.tobytes()
         cache = self._centre_cache
         if cache is None or cache[0] != key:
+            # A centre seen for the first time is only remembered: the pass over all rows is
+            # paid when it comes back, so a caller that varies the centre never pays it.
+            self._centre_cache = (key, None, None)
+            return self._gradient_terms(theta_hat, X, y)
+        if cache[1] is None:
             cache = self._centre_cache = (key, *self._all_gradient_terms(theta_hat))
         _, R_all, extra_all = cache
         if idx is None:

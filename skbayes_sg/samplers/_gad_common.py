@@ -12,8 +12,8 @@ diagonal (P,) (``cholesky="diag"``); every product with it is then a matrix-vect
 product, O(P^2), or an elementwise one, O(P).
 
 With ``init_scale="map"`` (the default) the proposal starts from the curvature at the
-chain's start: ``L = L0 M`` with ``L0 L0' = H^-1`` fixed (the Hessian ``H`` of the negative
-log posterior at ``theta0``, the MAP under the estimators' ``init="map"``) and ``M``, which
+MAP (:meth:`GadSampler.fix_initial_factor`) or the chain's start: ``L = L0 M`` with ``L0 L0'
+= H^-1`` fixed (``H`` the Hessian of the negative log posterior there) and ``M``, which
 starts at ``c(P) I``, adapted. The speed measure's optimum is the same in any
 parametrisation of ``L`` (``log|L| = log|L0| + log|M|``), so this changes only the
 optimiser's coordinates: RMSprop's steps, absolute in the units of what it adapts, are
@@ -132,9 +132,22 @@ class GadSampler(BaseSampler):
     requires_full_data = True
     _stat_names = ("accepted", "accept_prob")
     #: Iterations of adaptation the estimators' ``n_iter="auto"`` gives (its first block
-    #: is long enough that its burn-in covers them): from the MAP start the adapted
-    #: acceptance has settled by then (``benchmarks/gadmala.py``, budget part).
+    #: is long enough that its burn-in covers them) when the chains start elsewhere than at
+    #: draws of the Laplace approximation (``init="zeros"``, a given start, or a proposal
+    #: that does not start from the curvature).
     _min_adaptation = 1000
+    #: The same, and the estimators' ``burn_in="auto"``, for chains started at draws of the
+    #: Laplace approximation with the proposal from the MAP's curvature (the default): the
+    #: proposal is then optimally scaled from the first iteration and the adaptation only
+    #: refines it; after 250 iterations the acceptance and the ESS per draw are those of
+    #: 4,000 (``benchmarks/gadmala.py``, budget part). 250 / 0.05 = 5,000 iterations in the
+    #: first block: its 4,750 kept ones give a bulk ESS of 1,000 at an ESS per iteration
+    #: of 0.05, a third of the smallest seen (german, 0.15).
+    _laplace_min_adaptation = 250
+    _laplace_burn_in = 0.05
+    #: The estimators' ``max_draws="auto"`` stores every draw (up to a memory budget): with
+    #: autocorrelation times of a few iterations, thinning would discard effective samples.
+    _store_every_draw = True
 
     # -- hyperparameters ------------------------------------------------------------
     def validate(self):
@@ -212,15 +225,34 @@ class GadSampler(BaseSampler):
             return None, self._optimal_scale(n_params) / math.sqrt(lam)
         return None, float(self.init_scale)
 
+    def fix_initial_factor(self, model, theta):
+        """Give every chain the initial factor of the curvature at ``theta``, computed once.
+
+        The estimators call it with the MAP when their chains start at draws of the Laplace
+        approximation around it (``init="map"``): the proposal of every chain then starts
+        from the MAP's curvature, not from that at its own start, and the Hessian and its
+        Cholesky factor are computed once per fit instead of once per chain.
+
+        Returns
+        -------
+        (L0, m0) : tuple
+            As :meth:`initial_factor`; ``L0`` is None unless ``init_scale="map"``.
+        """
+        self._fixed_factor = self.initial_factor(np.size(theta), model, np.asarray(theta, dtype=float))
+        return self._fixed_factor
+
     def init_state(self, theta0, target, rng, step_size=None):
         """State at ``theta0``: ``L = L0 M`` with ``M = m0 I`` (:meth:`initial_factor`), ``beta = 1``.
 
-        Evaluates the full-data log posterior and its gradient at ``theta0`` once; both are
-        cached in the state and refreshed only when a proposal is accepted.
+        ``L0`` and ``m0`` are those of :meth:`fix_initial_factor` when it was called, else
+        taken at ``theta0``. Evaluates the full-data log posterior and its gradient at
+        ``theta0`` once; both are cached in the state and refreshed only when a proposal is
+        accepted.
         """
         theta = np.array(theta0, dtype=float)
         n = theta.size
-        L0, scale = self.initial_factor(n, target.model, theta)
+        fixed = getattr(self, "_fixed_factor", None)
+        L0, scale = fixed if fixed is not None else self.initial_factor(n, target.model, theta)
         full = self.cholesky == "full"
         L = scale * np.eye(n) if full else np.full(n, scale)
         log_p, grad = target.log_posterior_and_grad(theta)

@@ -38,15 +38,16 @@ class GadMALA(GadSampler):
     evaluation and two triangular products, ``L u`` and ``L' grad log pi(y)``, O(P^2): the
     gradient and ``L' grad log pi(x)`` of the current state are cached.
 
-    By default (``init_scale="map"``) the proposal starts from the curvature at the chain's
-    start, the MAP under the estimators' ``init="map"``: ``L = c(P) L0`` with ``L0 L0' =
-    H^-1``, the optimally scaled MALA proposal for the Laplace approximation, and the
-    adaptation refines ``M`` in ``L = L0 M`` (see :class:`~._gad_common.GadSampler`). The
-    proposal is then right in scale and correlation from the first iteration, whatever the
-    units of the features, and the estimators' default burn-in is enough (1,000
-    iterations: ``n_iter="auto"`` makes its first block 5,000 iterations long for the
-    adaptive samplers). While adapting, an iteration costs two more triangular
-    products (``L0 (M u)`` and ``M' (L0' g)``).
+    By default (``init_scale="map"``) the proposal starts from the curvature at the MAP
+    under the estimators' ``init="map"`` (:meth:`fix_initial_factor`; at the chain's start
+    otherwise): ``L = c(P) L0`` with ``L0 L0' = H^-1``, the optimally scaled MALA proposal
+    for the Laplace approximation, and the adaptation refines ``M`` in ``L = L0 M`` (see
+    :class:`~._gad_common.GadSampler`). The proposal is then right in scale and correlation
+    from the first iteration, whatever the units of the features; the estimators start the
+    chains at draws of that Laplace approximation and adapt for 5% of the run
+    (``burn_in="auto"``: 250 iterations of the first 5,000 with ``n_iter="auto"``). While
+    adapting, an iteration costs two more triangular products (``L0 (M u)`` and
+    ``M' (L0' g)``).
 
     Parameters
     ----------
@@ -71,7 +72,8 @@ class GadMALA(GadSampler):
         The initial proposal. ``"map"``: ``L = c(P) L0``, ``c(P) = 1.65 P^(-1/6)`` (the
         optimal MALA scale for a standard Gaussian, Roberts & Rosenthal 1998) and ``L0``
         the Cholesky factor of the inverse Hessian of the negative log posterior at the
-        chain's start (:func:`~skbayes_sg.preconditioning.curvature_factor`): dense up to
+        MAP under the estimators' ``init="map"``, at the chain's start otherwise
+        (:func:`~skbayes_sg.preconditioning.curvature_factor`): dense up to
         :data:`~skbayes_sg.preconditioning.MAX_DENSE_PARAMS` parameters, its diagonal
         ``H_jj^(-1/2)`` beyond and with ``cholesky="diag"``, where ``c(P)`` is multiplied by
         ``(P / tr(R^3))^(1/6)`` for the correlations ``R = L0 H L0`` the diagonal leaves.
@@ -94,10 +96,11 @@ class GadMALA(GadSampler):
     The fit loop must call :meth:`end_adaptation` when burn-in ends; driven by hand,
     call it yourself before collecting draws.
 
-    ``init_scale="map"`` takes the curvature where the chain starts. With the estimators'
-    ``init="map"`` (the default) that is the MAP; from ``init="zeros"`` or a given start
-    it is the curvature there, which the adaptation can correct only by some 10% per
-    1,000 iterations at the default ``learning_rate``.
+    ``init_scale="map"`` takes the curvature at the point given to
+    :meth:`fix_initial_factor`, the MAP under the estimators' ``init="map"`` (the default),
+    and where the chain starts otherwise: from ``init="zeros"`` or a given start that is
+    the curvature there, which the adaptation can correct only by some 10% per 1,000
+    iterations at the default ``learning_rate``.
 
     References
     ----------
@@ -252,7 +255,7 @@ class GadRWM(GadSampler):
     cholesky : {"full", "diag"}, default="full"
     init_scale : "map", "auto", float or None, default="map"
         ``"map"``: ``L = c(P) L0``, ``c(P) = 2.38 / sqrt(P)`` (the optimal random-walk scale,
-        Roberts, Gelman & Gilks 1997) and ``L0 L0' = H^-1`` at the chain's start, as for
+        Roberts, Gelman & Gilks 1997) and ``L0 L0' = H^-1`` at the MAP, as for
         :class:`GadMALA` (with a diagonal ``L0``, ``c(P)`` needs no correction: the
         random walk's acceptance depends on ``h tr(R) = h P``). None: the paper's ``0.1 /
         sqrt(P) I``. ``"auto"``: ``2.38 / sqrt(P lambda_max) I``, for the stiffest direction
