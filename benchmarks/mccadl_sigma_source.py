@@ -13,17 +13,26 @@ beside it). Options (``MCCAdL(sigma_estimate=...)``):
 - ``independent``: a second minibatch at the C step's position (the library's default);
 - ``split``: ``independent`` at half the batch for both, the same rows per iteration as
   ``same``;
+- ``sigma_half``, ``sigma_quarter``, ``sigma_eighth``: ``independent`` with the force's batch
+  unchanged and a Sigma minibatch of 1/2, 1/4, 1/8 of its rows (``Sigma = N^2/n V`` stays
+  the force's noise; only its estimate ``V`` uses fewer rows, so it costs less and is
+  noisier). A prototype: :class:`SmallSigmaMCCAdL` takes the first rows of the next
+  minibatch through the gradient estimator's private methods, since
+  ``MinibatchGradient.noise_gradients`` has no size argument;
 - CCAdL's moving average (CCAdL paper eq. 18), for comparison.
 
 Each runs on two geometries: ``plain`` (``gradient="minibatch"``, ``preconditioner="none"``
 and the curvature-only step ``0.2 / sqrt(lambda_max)``: the papers' setting, where the
 correlation bias was measured) and ``default`` (control variates, whitening and the
-noise-aware step: what a user gets). Cost per iteration of each option is timed on one
-chain against SGHMC's in the same run (same geometry). Prints one JSON object per line.
+noise-aware step: what a user gets). ``--problems a9a`` adds a9a (``default`` only: in the
+plain geometry its curvature step barely moves the chains), against its stored reference.
+Cost per iteration of each option is timed on one chain against SGHMC's in the same run
+(same geometry). Prints one JSON object per line.
 
 Usage::
 
-    python benchmarks/mccadl_sigma_source.py [--sizes 1e4 1e5] [--n-iter 5000]
+    python benchmarks/mccadl_sigma_source.py [--sizes 1e4 1e5] [--problems a9a] [--n-iter 5000]
+        [--options same independent sigma_quarter] [--geometries plain default] [--out FILE]
 """
 
 import argparse
@@ -46,7 +55,32 @@ from skbayes_sg.models import LogisticModel  # noqa: E402
 from skbayes_sg.samplers import SGHMC, CCAdL, MCCAdL  # noqa: E402
 from skbayes_sg.samplers._step_size import largest_curvature  # noqa: E402
 
-OPTIONS = ("same", "lagged", "independent", "split", "ccadl")
+OPTIONS = ("same", "lagged", "independent", "split", "sigma_half", "sigma_quarter", "sigma_eighth", "ccadl")
+#: Share of the force's rows in the Sigma minibatch of the ``sigma_*`` options.
+SIGMA_FRACTIONS = {"sigma_half": 0.5, "sigma_quarter": 0.25, "sigma_eighth": 0.125}
+
+
+class SmallSigmaMCCAdL(MCCAdL):
+    """mCCAdL with an independent Sigma minibatch of ``sigma_fraction`` of the force's rows.
+
+    Prototype for this benchmark only: the rows are the first ``m`` of a fresh minibatch
+    (drawn with replacement, so any ``m`` of them are an independent sample; a slice of an
+    epoch block otherwise), evaluated through the estimator's private ``_next_rows`` /
+    ``_per_example`` / ``_count``. The library form would be a size argument of
+    ``MinibatchGradient.noise_gradients``.
+    """
+
+    def __init__(self, sigma_fraction=0.25, step_size="auto", preconditioner="auto"):
+        super().__init__(step_size=step_size, preconditioner=preconditioner, sigma_estimate="independent")
+        self.sigma_fraction = sigma_fraction
+
+    def _sigma_gradients(self, state, target, theta, rng):
+        rows, _ = target._next_rows(rng)
+        m = max(2, int(round(self.sigma_fraction * target.batch_size)))
+        rows = rows[:m] if isinstance(rows, np.ndarray) else slice(rows.start, rows.start + m)
+        grads = target._per_example(theta, rows)
+        target._count(grads)
+        return grads
 
 
 def sampler_for(option, geometry, plain_step=None):
@@ -57,6 +91,8 @@ def sampler_for(option, geometry, plain_step=None):
         return CCAdL(preconditioner=precond, step_size=step if step == "auto" else step / 2)
     if option == "sghmc":
         return SGHMC(preconditioner=precond, step_size=step)
+    if option in SIGMA_FRACTIONS:
+        return SmallSigmaMCCAdL(SIGMA_FRACTIONS[option], preconditioner=precond, step_size=step)
     source = "independent" if option == "split" else option
     return MCCAdL(sigma_estimate=source, preconditioner=precond, step_size=step)
 
@@ -121,22 +157,26 @@ def time_per_iteration(est, X, y, n_iter=3000, repeats=3):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="+", default=["1e4", "1e5"])
+    parser.add_argument("--sizes", nargs="*", default=["1e4", "1e5"])
+    parser.add_argument("--problems", nargs="*", default=[], help="other reference problems (default geometry)")
     parser.add_argument("--n-iter", type=int, default=5000)
+    parser.add_argument("--options", nargs="+", default=list(OPTIONS), choices=OPTIONS)
+    parser.add_argument("--geometries", nargs="+", default=["plain", "default"], choices=["plain", "default"])
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "mccadl_sigma_source.jsonl"))
     args = parser.parse_args()
     out = open(args.out, "a")
-    for size in args.sizes:
-        name = f"synth_{size}"
+    names = [f"synth_{size}" for size in args.sizes] + list(args.problems)
+    for name in names:
         X, y, _, _ = make_problem(name)
         ref = load_reference(name)
         laplace = {"laplace_max_mean_error_sd": ref["laplace_mean_dev_max"],
                    "laplace_max_sd_error": ref["laplace_sd_dev_max"]}
-        plain_step = curvature_step(X, y)
-        for geometry in ("plain", "default"):
+        geometries = [g for g in args.geometries if name.startswith("synth") or g == "default"]
+        plain_step = curvature_step(X, y) if "plain" in geometries else None
+        for geometry in geometries:
             sghmc, _ = fit(X, y, "sghmc", geometry, 200, plain_step, n_chains=1)
             sghmc_cost = time_per_iteration(sghmc, X, y)
-            for option in OPTIONS:
+            for option in args.options:
                 try:
                     est, seconds = fit(X, y, option, geometry, args.n_iter, plain_step)
                 except DivergenceError as err:
@@ -147,7 +187,8 @@ def main():
                     continue
                 cost = time_per_iteration(est, X, y)
                 row = {"problem": name, "geometry": geometry, "option": option, "n_iter": args.n_iter,
-                       "step_size": est.diagnostics_["step_size"], "fit_seconds": seconds,
+                       "step_size": est.diagnostics_["step_size"], "batch_size": est.diagnostics_["batch_size"],
+                       "fit_seconds": seconds,
                        "seconds_per_iter": cost, "cost_vs_sghmc": cost / sghmc_cost,
                        **accuracy(est, ref), **laplace}
                 print(json.dumps(row), flush=True)
