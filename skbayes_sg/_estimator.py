@@ -124,8 +124,8 @@ class BaseSGBayes(BaseEstimator):
         """``(burn_in, min_adaptation, max_draws)`` of this fit, the ``"auto"`` values resolved.
 
         ``burn_in="auto"`` is :data:`AUTO_BURN_IN` but for the adaptive samplers started at
-        draws of the Laplace approximation (:meth:`_laplace_start`), whose proposal is then
-        optimally scaled for the curvature at the MAP from the first iteration: their burn-in
+        draws of the Laplace approximation (:meth:`_laplace_start`), whose proposal then
+        accepts the target rate on that approximation from the first iteration: their burn-in
         only adapts it, and the chains need none to forget a start already near
         stationarity, so they discard the sampler's ``_laplace_burn_in`` (5%). Their first
         block of ``n_iter="auto"`` then covers ``_laplace_min_adaptation`` adapting

@@ -20,10 +20,12 @@ optimiser's coordinates: RMSprop's steps, absolute in the units of what it adapt
 steps in posterior standard deviations, whatever the problem's scale.
 """
 
+import functools
 import math
 import numbers
 
 import numpy as np
+from scipy.optimize import brentq
 
 from .. import preconditioning
 from ..preconditioning import curvature_factor, resolve_preconditioner
@@ -53,6 +55,11 @@ _DIAG_FLOOR_FRACTION = 0.05
 #: small posterior, and reading a row of the block costs a tenth of that.
 _NOISE_ROWS = 256
 _NOISE_FLOATS = 2**16
+
+#: Draws of the pair of chi-square variables from which the acceptance rate of the proposal
+#: on a standard Gaussian is computed (:func:`gaussian_scale`); fixed, so that the same
+#: ``(P, target_accept)`` always give the same scale, to about 0.3%.
+_REFERENCE_DRAWS = 100_000
 
 CHOLESKY_KINDS = ("full", "diag")
 #: The string values of ``init_scale``.
@@ -99,6 +106,45 @@ def compose(L0, M):
     return L0[:, None] * M if M.ndim == 2 else L0 * M
 
 
+def gaussian_acceptance(sampler_cls, c, chi2):
+    """Mean acceptance of ``sampler_cls``'s proposal with ``L = c I`` on ``N(0, I_P)`` at stationarity.
+
+    The M-H log ratio is a sum over coordinates of the same quadratic form in ``(x_i,
+    epsilon_i)``, independent standard normals: with ``A`` its 2 x 2 matrix and ``lambda_1,
+    lambda_2`` the eigenvalues of ``A``, it is ``lambda_1 C_1 + lambda_2 C_2`` for independent
+    ``C_1, C_2 ~ chi^2_P``, whatever P. ``chi2`` holds draws of ``(C_1, C_2)``, shape (2, n).
+    """
+    q = functools.partial(sampler_cls._coordinate_log_ratio, c)
+    a11, a22 = q(1.0, 0.0), q(0.0, 1.0)
+    a12 = 0.5 * (q(1.0, 1.0) - a11 - a22)
+    lam = np.linalg.eigvalsh(np.array([[a11, a12], [a12, a22]]))
+    return float(np.mean(np.exp(np.minimum(lam[0] * chi2[0] + lam[1] * chi2[1], 0.0))))
+
+
+@functools.lru_cache(maxsize=256)
+def gaussian_scale(sampler_cls, n_params, target_accept):
+    """The ``c`` at which ``sampler_cls``'s proposal ``L = c I`` accepts ``target_accept`` on ``N(0, I_P)``.
+
+    The asymptotic optima (MALA's ``1.65 P^(-1/6)``, acceptance 0.574, Roberts & Rosenthal
+    1998; RWM's ``2.38 / sqrt(P)``, 0.234, Roberts, Gelman & Gilks 1997) accept more at
+    finite P (MALA: 0.615 at P = 3, 0.583 at P = 14), and the paper's targets are 0.55 and
+    0.25: at the scale found here, the proposal ``c L0`` starts at the target acceptance
+    on the Laplace approximation, and a short adaptation has no scale left to correct on a
+    near-Gaussian posterior. Root of :func:`gaussian_acceptance` (decreasing in ``c``) with
+    fixed chi-square draws.
+    """
+    chi2 = np.random.default_rng(0).chisquare(n_params, size=(2, _REFERENCE_DRAWS))
+    c0 = sampler_cls._asymptotic_scale(n_params)
+
+    def excess(c):
+        return gaussian_acceptance(sampler_cls, c, chi2) - target_accept
+
+    lo, hi = c0 / 8.0, c0 * 2.0
+    while excess(hi) > 0.0:
+        hi *= 2.0
+    return float(brentq(excess, lo, hi, xtol=1e-4 * c0))
+
+
 class GadSampler(BaseSampler):
     """Base of the gradient-based adaptive Metropolis samplers (Titsias & Dellaportas 2019).
 
@@ -138,9 +184,9 @@ class GadSampler(BaseSampler):
     _min_adaptation = 1000
     #: The same, and the estimators' ``burn_in="auto"``, for chains started at draws of the
     #: Laplace approximation with the proposal from the MAP's curvature (the default): the
-    #: proposal is then optimally scaled from the first iteration and the adaptation only
-    #: refines it; after 250 iterations the acceptance and the ESS per draw are those of
-    #: 4,000 (``benchmarks/gadmala.py``, budget part). 250 / 0.05 = 5,000 iterations in the
+    #: proposal then accepts about ``target_accept`` from the first iteration and the
+    #: adaptation only refines it; after 250 iterations the acceptance and the ESS per draw
+    #: are those of 4,000 (``benchmarks/gadmala.py``, budget part). 250 / 0.05 = 5,000 iterations in the
     #: first block: its 4,750 kept ones give a bulk ESS of 1,000 at an ESS per iteration
     #: of 0.05, a third of the smallest seen (german, 0.15).
     _laplace_min_adaptation = 250
@@ -172,10 +218,21 @@ class GadSampler(BaseSampler):
         return float("nan"), {}
 
     # -- state ----------------------------------------------------------------------------
-    def _optimal_scale(self, n_params):
-        """``c(P)``: the optimal scale of the proposal for a standard Gaussian target in P
-        dimensions, as a multiple of the target's sd."""
+    @staticmethod
+    def _coordinate_log_ratio(c, x, e):
+        """One coordinate's term of the M-H log ratio on ``N(0, I)`` with ``L = c I``, from
+        ``x`` and the proposal's ``epsilon`` ``e`` (the terms add over coordinates)."""
         raise NotImplementedError
+
+    @staticmethod
+    def _asymptotic_scale(n_params):
+        """The optimal scale of the proposal on ``N(0, I_P)`` as ``P -> infinity``."""
+        raise NotImplementedError
+
+    def _optimal_scale(self, n_params):
+        """``c(P)``: the scale of ``L = c I`` at which the proposal accepts ``target_accept``
+        on average on a standard Gaussian target in P dimensions (:func:`gaussian_scale`)."""
+        return gaussian_scale(type(self), int(n_params), float(self.target_accept))
 
     def _correlation_correction(self, curvature, theta, n_params):
         """Factor on ``c(P)`` for a Gaussian target whose curvature ``R`` (an object with
@@ -187,7 +244,7 @@ class GadSampler(BaseSampler):
 
         ``init_scale="map"``: ``L0`` from the curvature at ``theta``
         (:func:`~skbayes_sg.preconditioning.curvature_factor`, ``L0 L0' = H^-1``) and ``m0 =
-        c(P)``, so the first proposal is the optimally scaled one for the Laplace
+        c(P)``, so that the first proposal accepts ``target_accept`` on the Laplace
         approximation at ``theta`` (with a diagonal ``L0``, ``c(P)`` corrected for the
         correlations it leaves, :meth:`_correlation_correction`). A model with more than
         :data:`~skbayes_sg.preconditioning.MAX_DENSE_PARAMS` parameters and no closed-form

@@ -40,8 +40,8 @@ class GadMALA(GadSampler):
 
     By default (``init_scale="map"``) the proposal starts from the curvature at the MAP
     under the estimators' ``init="map"`` (:meth:`fix_initial_factor`; at the chain's start
-    otherwise): ``L = c(P) L0`` with ``L0 L0' = H^-1``, the optimally scaled MALA proposal
-    for the Laplace approximation, and the adaptation refines ``M`` in ``L = L0 M`` (see
+    otherwise): ``L = c(P) L0`` with ``L0 L0' = H^-1``, the MALA proposal that accepts
+    ``target_accept`` on the Laplace approximation, and the adaptation refines ``M`` in ``L = L0 M`` (see
     :class:`~._gad_common.GadSampler`). The proposal is then right in scale and correlation
     from the first iteration, whatever the units of the features; the estimators start the
     chains at draws of that Laplace approximation and adapt for 5% of the run
@@ -69,9 +69,12 @@ class GadMALA(GadSampler):
         correlated posteriors (unscaled features with non-zero means, whose weights are
         correlated with the intercept): use ``"full"`` there.
     init_scale : "map", "auto", float or None, default="map"
-        The initial proposal. ``"map"``: ``L = c(P) L0``, ``c(P) = 1.65 P^(-1/6)`` (the
-        optimal MALA scale for a standard Gaussian, Roberts & Rosenthal 1998) and ``L0``
-        the Cholesky factor of the inverse Hessian of the negative log posterior at the
+        The initial proposal. ``"map"``: ``L = c(P) L0``, with ``c(P)`` the scale at which
+        MALA on a standard Gaussian in P dimensions accepts ``target_accept``
+        (:func:`~._gad_common.gaussian_scale`: 1.03 to 1.06 times Roberts & Rosenthal's
+        (1998) asymptotic optimum ``1.65 P^(-1/6)``, which accepts 0.574 as P grows but more
+        at finite P), so that the proposal starts at the target acceptance on the Laplace
+        approximation, and ``L0`` the Cholesky factor of the inverse Hessian of the negative log posterior at the
         MAP under the estimators' ``init="map"``, at the chain's start otherwise
         (:func:`~skbayes_sg.preconditioning.curvature_factor`): dense up to
         :data:`~skbayes_sg.preconditioning.MAX_DENSE_PARAMS` parameters, its diagonal
@@ -122,9 +125,19 @@ class GadMALA(GadSampler):
         self.init_scale = init_scale
         self.beta_rate = beta_rate
 
-    def _optimal_scale(self, n_params):
-        """``1.65 P^(-1/6)``: MALA's optimal ``sqrt(h)`` on a standard Gaussian, acceptance
-        0.574 (Roberts & Rosenthal 1998), next to the paper's 0.55 target."""
+    @staticmethod
+    def _coordinate_log_ratio(c, x, e):
+        """``log pi(y) + log q(x | y) - log pi(x) - log q(y | x)`` on ``N(0, 1)``, ``h = c^2``:
+        ``y = (1 - h/2) x + c e``."""
+        h = c * c
+        y = (1.0 - 0.5 * h) * x + c * e
+        back = x - (1.0 - 0.5 * h) * y
+        return 0.5 * (x * x - y * y) - back * back / (2.0 * h) + 0.5 * e * e
+
+    @staticmethod
+    def _asymptotic_scale(n_params):
+        """``1.65 P^(-1/6)``: MALA's optimal ``sqrt(h)`` on a standard Gaussian as P grows,
+        acceptance 0.574 (Roberts & Rosenthal 1998)."""
         return 1.65 * n_params ** (-1.0 / 6.0)
 
     def _correlation_correction(self, curvature, theta, n_params, n_probes=20):
@@ -254,12 +267,13 @@ class GadRWM(GadSampler):
         the adapted factor (see :class:`GadMALA`).
     cholesky : {"full", "diag"}, default="full"
     init_scale : "map", "auto", float or None, default="map"
-        ``"map"``: ``L = c(P) L0``, ``c(P) = 2.38 / sqrt(P)`` (the optimal random-walk scale,
-        Roberts, Gelman & Gilks 1997) and ``L0 L0' = H^-1`` at the MAP, as for
-        :class:`GadMALA` (with a diagonal ``L0``, ``c(P)`` needs no correction: the
-        random walk's acceptance depends on ``h tr(R) = h P``). None: the paper's ``0.1 /
-        sqrt(P) I``. ``"auto"``: ``2.38 / sqrt(P lambda_max) I``, for the stiffest direction
-        at the start. A number: ``L = init_scale I``.
+        ``"map"``: ``L = c(P) L0``, ``c(P)`` the scale at which the random walk on a
+        standard Gaussian accepts ``target_accept`` (near the optimal ``2.38 / sqrt(P)``,
+        Roberts, Gelman & Gilks 1997, which accepts 0.234 as P grows) and ``L0 L0' = H^-1``
+        at the MAP, as for :class:`GadMALA` (with a diagonal ``L0``, ``c(P)`` needs no
+        correction: the random walk's acceptance depends on ``h tr(R) = h P``). None: the
+        paper's ``0.1 / sqrt(P) I``. ``"auto"``: ``c(P) / sqrt(lambda_max) I``, for the
+        stiffest direction at the start. A number: ``L = init_scale I``.
     beta_rate : float, default=0.02
         ``rho_beta`` of the ``beta`` update.
 
@@ -287,9 +301,16 @@ class GadRWM(GadSampler):
         self.init_scale = init_scale
         self.beta_rate = beta_rate
 
-    def _optimal_scale(self, n_params):
-        """``2.38 / sqrt(P)``: the optimal random-walk scale on a standard Gaussian,
-        acceptance 0.234 (Roberts, Gelman & Gilks 1997)."""
+    @staticmethod
+    def _coordinate_log_ratio(c, x, e):
+        """``log pi(y) - log pi(x)`` on ``N(0, 1)`` for ``y = x + c e``."""
+        y = x + c * e
+        return 0.5 * (x * x - y * y)
+
+    @staticmethod
+    def _asymptotic_scale(n_params):
+        """``2.38 / sqrt(P)``: the optimal random-walk scale on a standard Gaussian as P
+        grows, acceptance 0.234 (Roberts, Gelman & Gilks 1997)."""
         return 2.38 / math.sqrt(n_params)
 
     def step(self, state, target, rng):
