@@ -282,3 +282,43 @@ def test_whitened_model_follows_a_position_moved_in_place(kind):
                                       fresh.per_example_gradient_differences(z.copy(), z_hat.copy(), rows).to_dense())
         np.testing.assert_array_equal(prior, fresh.grad_log_prior(z.copy()))
         z += 0.3 * rng.normal(size=z.size)  # a drift, in place
+
+
+@pytest.mark.parametrize("values, dtype", [
+    ((0.0, 1.0), np.uint8),          # binary / one-hot
+    ((0.0, 17.0, 255.0), np.uint8),  # small counts
+    ((-1.0, 0.0, 1.0), np.int8),     # +-1 codes
+    ((-128.0, 127.0), np.int8),
+    ((0.0, 256.0), None),            # beyond a byte
+    ((-1.0, 200.0), None),           # signed and beyond int8
+    ((0.0, 0.5), None),              # not integers
+])
+def test_minibatch_rows_come_from_an_exact_one_byte_copy(values, dtype, tmp_path):
+    """Small-integer features are gathered from a one-byte copy; the rows, and so every
+    product, are X's bit for bit. Other X, and memory-mapped X, gather from X itself."""
+    rng = np.random.default_rng(19)
+    Xv = rng.choice(values, size=(60, 4))
+    Xv[np.arange(len(values)), 0] = values  # every value present
+    y = (rng.random(60) < 0.5).astype(float)
+    model = LogisticModel(Xv, y)
+    rows = rng.integers(0, 60, 25)
+    X_rows, y_rows = model._rows(rows)
+    assert X_rows.dtype == Xv.dtype
+    np.testing.assert_array_equal(X_rows, Xv[rows])
+    np.testing.assert_array_equal(y_rows, y[rows])
+    source = model._gather_source()
+    assert (source is None) if dtype is None else (source.dtype == dtype and source.flags.c_contiguous)
+    theta = _point(model, rng)
+    wide = LogisticModel(Xv, y)
+    wide._narrow_X = False  # gathers from X itself
+    for ops, ref in ((model.per_example_gradients(theta, rows), wide.per_example_gradients(theta, rows)),
+                     (model.per_example_gradient_differences(theta, 0 * theta, rows),
+                      wide.per_example_gradient_differences(theta, 0 * theta, rows))):
+        np.testing.assert_array_equal(ops.mean(), ref.mean())
+        np.testing.assert_array_equal(ops.matvec(theta), ref.matvec(theta))
+    assert model.without_data()._narrow_X is None
+    mapped = np.lib.format.open_memmap(tmp_path / "X.npy", mode="w+", dtype=float, shape=Xv.shape)
+    mapped[:] = Xv
+    on_disk = LogisticModel(mapped, y)
+    np.testing.assert_array_equal(on_disk._rows(rows)[0], Xv[rows])
+    assert on_disk._gather_source() is None
