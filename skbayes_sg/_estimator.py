@@ -346,7 +346,11 @@ class BaseSGBayes(BaseEstimator):
         burn_in, min_adaptation, max_draws = self._run_policy(sampler, chain_model.n_params)
         burn_in = None if resume else burn_in
         n_iter = _run_length.first_n_iter(self.n_iter, burn_in, min_adaptation)
-        eff_thin, _ = draw_schedule(n_iter, n_burn, self.thin, max_draws)
+        eff_thin, n_draws = draw_schedule(n_iter, n_burn, self.thin, max_draws)
+        if n_draws == 0:
+            raise ValueError(
+                f"n_iter={n_iter} with {n_burn} burn-in iterations leaves {n_iter - n_burn}, fewer than "
+                f"thin={self.thin}: no draw would be kept. Increase n_iter (or use n_iter='auto') or lower thin.")
         blocks = [_run_length.Schedule(n_iter, n_burn, eff_thin)]
         runners = start_chains(sampler, chain_model, list(starts), n_iter, n_burn, self.thin, max_draws,
                                batch_size, self.batch_scheme, self._seeds(fit_round), step_size, control_variate)
@@ -521,6 +525,10 @@ class BaseSGBayes(BaseEstimator):
             messages.append(
                 f"bulk ESS is below {floor} ({ESS_MIN_PER_CHAIN} per chain) for {low.size} of {ess.size} "
                 f"parameters (lowest: {listed}): increase n_iter, or the step size if the chains move slowly.")
+        if not np.isfinite(ess).any():
+            messages.append(
+                f"{self.samples_.shape[1]} draw(s) per chain are too few to assess convergence (R-hat and ESS "
+                "need at least 4): increase n_iter or max_draws, or lower thin.")
         if messages and self.n_iter == "auto" and "n_iter_blocks" in self.diagnostics_:
             messages.append(
                 f"n_iter='auto' stopped at its ceiling of {self.diagnostics_['n_iter_blocks'][-1]} iterations per "

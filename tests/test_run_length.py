@@ -150,3 +150,20 @@ def test_n_iter_must_be_a_positive_int_or_auto():
     X, y = _data()
     with pytest.raises(ValueError, match="n_iter"):
         SGBayesLinearRegression(n_iter="long").fit(X, y)
+
+
+def test_a_schedule_that_keeps_no_draw_is_a_clear_error():
+    # Issue 20: thin=50 on n_iter=20 raised ZeroDivisionError from the diagnostics.
+    X, y = _data(n=20)
+    with pytest.raises(ValueError, match="no draw would be kept"):
+        SGBayesLinearRegression(n_iter=20, thin=50, noise_precision=1.0).fit(X, y)
+
+
+def test_too_few_draws_warn_that_convergence_cannot_be_assessed():
+    X, y = _data(n=20)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        SGBayesLinearRegression(n_iter=20, n_chains=1, max_draws=1, noise_precision=1.0).fit(X, y)
+    messages = [str(w.message) for w in caught]
+    assert all(issubclass(w.category, ConvergenceWarning) for w in caught), messages
+    assert any("too few to assess convergence" in m for m in messages), messages
