@@ -671,8 +671,9 @@ def _map_estimate(model, gtol=1e-2):
     preconditioner are exact for any centre; they are only most effective at the mode.
     """
     if model.n_params <= NEWTON_MAX_PARAMS and type(model).hessian is not Model.hessian:
-        theta = _newton_map(model)
-        if theta is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            theta = _newton_map(model)
+        if theta is not None and np.all(np.isfinite(theta)):
             return theta
 
     def objective(theta):
@@ -681,12 +682,29 @@ def _map_estimate(model, gtol=1e-2):
             return np.inf, np.zeros_like(theta)
         return -lp, -grad
 
-    res = minimize(objective, model.initial_point(), jac=True, method="L-BFGS-B",
-                   options={"maxiter": 1000, "gtol": gtol, "ftol": 1e-14})
-    if not np.all(np.isfinite(res.x)):
-        raise ValueError("init='map': the optimiser did not find a finite maximum a posteriori point; "
-                         "use init='zeros' or standardise the features.")
+    # Features whose products overflow make the objective infinite; the ValueError below
+    # names the fix, so numpy's overflow warnings would only be noise.
+    with np.errstate(over="ignore", invalid="ignore"):
+        res = minimize(objective, model.initial_point(), jac=True, method="L-BFGS-B",
+                       options={"maxiter": 1000, "gtol": gtol, "ftol": 1e-14})
+        lp_map = model.log_posterior_and_grad(res.x)[0] if np.all(np.isfinite(res.x)) else np.nan
+    if not np.isfinite(lp_map):
+        raise ValueError(
+            "The maximum a posteriori point, which the fit needs for its starting point, preconditioner and "
+            "control variate, is not finite: the features' products overflow (features of size "
+            f"{_feature_scale(model):.3g}). Standardise the features (for example with StandardScaler in a "
+            "Pipeline).")
     return res.x
+
+
+def _feature_scale(model):
+    """``max |X|`` of a model's in-memory features (NaN when it has none or they are not at hand)."""
+    X = getattr(model, "X", None)
+    try:
+        values = X.data if sp.issparse(X) else np.asarray(X)
+        return float(np.max(np.abs(values))) if values.size else float("nan")
+    except (TypeError, ValueError, AttributeError):
+        return float("nan")
 
 
 def _newton_map(model, tol=1e-3, max_iter=50):

@@ -1,6 +1,7 @@
 """The linear estimators as scikit-learn users meet them."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -362,3 +363,14 @@ def test_predict_before_fit_and_wrong_features(cancer):
         clf.predict(X[:, :3])
     with pytest.raises(ValueError, match="expecting 30"):
         clf.predict_proba_samples(X[:, :3])
+
+
+def test_features_whose_products_overflow_give_a_clear_error():
+    # Issue 20: X of size 1e300 leaked numpy overflow warnings and an error that advised
+    # init='zeros', which does not help (the MAP also sets the preconditioner).
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2, 3)) * 1e300
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match="Standardise the features"):
+            SGBayesLogisticRegression(n_iter=20, init="zeros").fit(X, [0, 1])
