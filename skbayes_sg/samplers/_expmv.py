@@ -53,9 +53,9 @@ _stevd = get_lapack_funcs("stevd", dtype=np.float64)
 #: is of order ``sqrt(2 / n)`` per entry at best (6% at n = 500) and ``sqrt(P / n)`` in
 #: norm, and whatever the C step leaves undamped the thermostat absorbs; so 1.6% adds
 #: nothing measurable. Against Al-Mohy & Higham's "half" precision ``2^-10`` it saves a
-#: third of the products at the auto step on a9a (3.5 instead of 5.1 per iteration) and
-#: brings an mCCAdL iteration to 1.75x an SGHMC one at the papers' ``h = 1e-4``
-#: (``benchmarks/throughput.py``). The scheme's weak second order needs the C step to be
+#: third of the products at the curvature step on a9a in theta (3.5 instead of 5.1 per
+#: iteration; ``benchmarks/mccadl_throughput.py``, which also times an iteration against
+#: SGHMC's). The scheme's weak second order needs the C step to be
 #: only a second-order approximation (mCCAdL paper, section 2.3), which any ``tol`` gives.
 DEFAULT_TOL = 2.0**-6
 
