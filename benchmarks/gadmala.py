@@ -16,15 +16,21 @@ Four parts (``--part``):
     ``results/gadmala[_quick].json`` and ``.png``.
 ``defaults``
     Issue 16's claim: ``SGBayesLogisticRegression(sampler="gadmala", batch_size=None)`` with
-    every other setting at its default (``n_iter=5000``, ``burn_in=0.2``, 4 chains,
-    ``init="map"``, ``max_draws=1000``, ``init_scale="map"``) on the five datasets,
+    every other setting at its default (``n_iter="auto"``, ``burn_in="auto"``: 5% for the
+    adaptive samplers started at Laplace draws, 4 chains, ``init="map"``,
+    ``max_draws="auto"``: every draw, ``init_scale="map"``) on the five datasets,
     standardised and unstandardised (raw features), against blackjax NUTS run right after
-    it on the same posterior. Also the same fit with ``max_draws=None`` (the estimator
-    keeping every draw), with ``burn_in=0.05, max_draws=None`` too (the estimator-side
-    defaults proposed for the gad samplers, see ``docs/benchmarks_gadmala.md``) and with the
-    paper's start (``GadMALA(init_scale=None)``, the previous default). min ESS per second
-    divides the smallest ESS over coordinates (Geyer's initial monotone sequence on the
-    pooled split chains, ArviZ ``ess(method="mean")``, the paper's and the blackjax
+    it on the same posterior. Also the fits of the earlier defaults, their settings made
+    explicit so that the rows stay comparable across versions: ``n_iter=5000,
+    burn_in=0.2, max_draws=1000`` (the defaults before ``n_iter="auto"``; with ``"auto"`` the
+    first block was the same 5,000 iterations and the runs stopped there), the same with
+    ``max_draws=None`` and with ``burn_in=0.05, max_draws=None``, and the paper's start
+    (``GadMALA(init_scale=None)``) at the earlier defaults. ``--baseline SRC`` adds the
+    defaults fit of the package at ``SRC`` (a source tree such as ``git archive REV``'s, in a
+    subprocess with ``PYTHONPATH=SRC``, timed there the same way) on each dataset, right
+    before the current one's, for a before/after ratio measured in one run. min ESS per
+    second divides the smallest ESS over coordinates (Geyer's initial monotone sequence on
+    the pooled split chains, ArviZ ``ess(method="mean")``, the paper's and the blackjax
     script's estimator) by the whole ``fit``'s wall time (the MAP, the curvature, the
     adaptation, the draws and the estimator's diagnostics). Saves
     ``results/gadmala_defaults.json`` and ``.png``.
@@ -54,7 +60,7 @@ Prints one JSON object per line.
 Usage::
 
     python benchmarks/gadmala.py [--part paper] [--quick] [--repeats 1] [--no-blackjax]
-    python benchmarks/gadmala.py --part defaults --repeats 3
+    python benchmarks/gadmala.py --part defaults --repeats 3 [--baseline /tmp/before --baseline-label 98c02e3]
     python benchmarks/gadmala.py --part linreg --repeats 3
     python benchmarks/gadmala.py --part budget
 """
@@ -282,13 +288,18 @@ def plot(rows, s, scales, path):
 
 # -- part "defaults": the estimator as a user gets it -------------------------------------------
 
+#: The earlier defaults (before n_iter="auto", whose first block for the adaptive samplers
+#: was then the same 5,000 iterations, and before burn_in and max_draws "auto").
+OLD_DEFAULTS = {"n_iter": 5000, "burn_in": 0.2, "max_draws": 1000}
 #: The fits of part "defaults": estimator keyword arguments on top of
 #: ``SGBayesLogisticRegression(sampler=..., batch_size=None, random_state=seed)``.
 DEFAULT_FITS = {
     "gadMALA defaults": lambda: {"sampler": "gadmala"},
-    "gadMALA defaults, max_draws=None": lambda: {"sampler": "gadmala", "max_draws": None},
-    "gadMALA, burn_in=0.05, max_draws=None": lambda: {"sampler": "gadmala", "burn_in": 0.05, "max_draws": None},
-    "gadMALA paper start (old default)": lambda: {"sampler": GadMALA(init_scale=None)},
+    "old defaults (n_iter=5000, burn_in=0.2, max_draws=1000)": lambda: {"sampler": "gadmala", **OLD_DEFAULTS},
+    "old defaults, max_draws=None": lambda: {"sampler": "gadmala", **OLD_DEFAULTS, "max_draws": None},
+    "old defaults, burn_in=0.05, max_draws=None": lambda: {"sampler": "gadmala", **OLD_DEFAULTS, "burn_in": 0.05,
+                                                           "max_draws": None},
+    "paper start (init_scale=None), old defaults": lambda: {"sampler": GadMALA(init_scale=None), **OLD_DEFAULTS},
 }
 
 
@@ -305,12 +316,12 @@ def pooled_ess(draws):
     return np.array([az.ess(draws[:, :, j], method="mean") for j in range(draws.shape[2])], dtype=float)
 
 
-def run_defaults(name, standardise, seed):
-    """One fit per :data:`DEFAULT_FITS` entry, the whole ``fit`` timed; its rows."""
+def run_defaults(name, standardise, seed, fits=None):
+    """One fit per :data:`DEFAULT_FITS` entry (or ``fits``), the whole ``fit`` timed; its rows."""
     X, y = load(name, standardise)
     scaling = "standardised" if standardise else "raw"
     rows = []
-    for method, make in DEFAULT_FITS.items():
+    for method, make in (fits or DEFAULT_FITS).items():
         clf = SGBayesLogisticRegression(batch_size=None, random_state=seed, **make())
         t0 = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
@@ -328,11 +339,46 @@ def run_defaults(name, standardise, seed):
                "ess_bulk_min": round(float(diag["ess"].min()), 1), "rhat_max": round(float(diag["rhat"].max()), 4),
                "n_draws": int(clf.samples_.shape[1]), "thin": int(diag["thin"]),
                "draws_MB": round(clf.samples_.nbytes / 2**20, 2), "d": X.shape[1] + 1,
+               "n_iter": int(clf.n_iter_), "n_adapt": int(diag.get("n_adapt_steps", 0)) // clf.n_chains,
                "warnings": sorted({type(w.message).__name__ for w in caught}),
                "load_avg_1min": os.getloadavg()[0]}
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
+
+
+def run_baseline(src, label, name, standardise, seed):
+    """The defaults fit of the package at ``src``: this script, in a subprocess importing
+    skbayes_sg from ``src`` (``--part baseline-fit``); its row, method relabelled."""
+    env = dict(os.environ, PYTHONPATH=str(src))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--part", "baseline-fit", "--dataset", name,
+           "--seed", str(seed)] + ([] if standardise else ["--raw"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not rows:
+        print(json.dumps({"note": "baseline failed", "stderr": proc.stderr[-500:]}), flush=True)
+        return []
+    row = {**rows[0], "method": f"gadMALA defaults at {label}", "baseline_src": str(src)}
+    print(json.dumps(row), flush=True)
+    return [row]
+
+
+def part_baseline_fit(args):
+    """The child of :func:`run_baseline`: one defaults fit with whatever skbayes_sg imports."""
+    import skbayes_sg
+
+    assert Path(skbayes_sg.__file__).resolve().is_relative_to(Path(os.environ["PYTHONPATH"]).resolve())
+    warm_up()
+    run_defaults(args.dataset, not args.raw, args.seed, {"gadMALA defaults": lambda: {"sampler": "gadmala"}})
+
+
+def warm_up():
+    """One short untimed fit, so that no timed fit pays the process's first-call costs (lazy
+    imports, joblib's and threadpoolctl's set-up): each baseline fit runs in a fresh process."""
+    X, y = load("ripley")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        SGBayesLogisticRegression(sampler="gadmala", batch_size=None, n_iter=200, burn_in=50, random_state=0).fit(X, y)
 
 
 def plot_defaults(rows, path):
@@ -342,7 +388,7 @@ def plot_defaults(rows, path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
-    methods = [*DEFAULT_FITS, "NUTS"]
+    methods = [*dict.fromkeys(r["method"] for r in rows if r.get("library") == "skbayes_sg"), "NUTS"]
     width = 0.8 / len(methods)
     for ax, scaling in zip(axes, ("standardised", "raw")):
         for k, m in enumerate(methods):
@@ -354,8 +400,8 @@ def plot_defaults(rows, path):
         ax.set_title(f"{scaling} features: estimator defaults vs blackjax NUTS")
     axes[0].set_ylabel("min ESS per second (whole fit)")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(methods), fontsize=8)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=110)
 
 
@@ -366,7 +412,7 @@ def ratio_table(rows):
     for dataset, scaling in sorted(keys):
         nuts = {r["seed"]: r for r in rows if r.get("dataset") == dataset and r.get("scaling") == scaling
                 and r["method"] == "NUTS"}
-        for method in DEFAULT_FITS:
+        for method in dict.fromkeys(r["method"] for r in rows if r.get("library") == "skbayes_sg"):
             ours = [r for r in rows if r.get("dataset") == dataset and r.get("scaling") == scaling
                     and r["method"] == method and r["seed"] in nuts]
             if not ours:
@@ -378,12 +424,25 @@ def ratio_table(rows):
     return out
 
 
+def _revision(repo):
+    """``git describe --always --dirty`` of ``repo`` (what the current rows ran); for a tree
+    exported by ``git archive`` (no ``.git``), the first line of its ``REV`` file, or None."""
+    proc = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    if proc.returncode == 0 and proc.stdout.strip():
+        return proc.stdout.strip()
+    rev = Path(repo) / "REV"
+    return rev.read_text().split("\n")[0].strip() if rev.exists() else None
+
+
 def part_defaults(args):
+    warm_up()
     rows = []
     for rep in range(args.repeats):
         seed = args.seed + rep
         for name in DATASETS:
             for standardise in (True, False):
+                if args.baseline:
+                    rows += run_baseline(args.baseline, args.baseline_label, name, standardise, seed)
                 rows += run_defaults(name, standardise, seed)
                 if not args.no_blackjax:
                     scaling = "standardised" if standardise else "raw"
@@ -396,7 +455,8 @@ def part_defaults(args):
     for r in ratios:
         print(json.dumps(r), flush=True)
     meta = {"argv": sys.argv[1:], "repeats": args.repeats, "cpu_count": os.cpu_count(),
-            "load_avg_1min": os.getloadavg()[0]}
+            "load_avg_1min": os.getloadavg()[0], "revision": _revision(HERE.parent),
+            "baseline": None if args.baseline is None else {"src": str(args.baseline), "label": args.baseline_label}}
     (RESULTS / "gadmala_defaults.json").write_text(
         json.dumps({"meta": meta, "rows": summary, "ratios": ratios, "runs": rows}, indent=1))
     plot_defaults(summary, RESULTS / "gadmala_defaults.png")
@@ -520,15 +580,21 @@ def part_paper(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("paper", "defaults", "linreg", "budget"), default="paper")
+    parser.add_argument("--part", choices=("paper", "defaults", "linreg", "budget", "baseline-fit"), default="paper")
     parser.add_argument("--quick", action="store_true",
                         help="paper part: 5,000 + 5,000 iterations, ripley and german, no blackjax")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-blackjax", action="store_true")
+    parser.add_argument("--baseline", type=Path, help="defaults part: also fit with the package at this source tree")
+    parser.add_argument("--baseline-label", default="baseline")
+    # The child process of --baseline (part "baseline-fit").
+    parser.add_argument("--dataset", help=argparse.SUPPRESS)
+    parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
-    {"paper": part_paper, "defaults": part_defaults, "linreg": part_linreg, "budget": part_budget}[args.part](args)
+    {"paper": part_paper, "defaults": part_defaults, "linreg": part_linreg, "budget": part_budget,
+     "baseline-fit": part_baseline_fit}[args.part](args)
 
 
 if __name__ == "__main__":
