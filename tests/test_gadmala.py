@@ -635,6 +635,9 @@ def test_default_fit_keeps_every_draw_after_a_short_adaptation():
     diag = clf.diagnostics_
     assert diag["n_iter_blocks"][0] == 5000 and diag["n_adapt_steps"] == 4 * 250
     assert clf.samples_.shape == (4, clf.n_iter_ - round(0.05 * clf.n_iter_), 5) and diag["thin"] == 1
+    # Not a Monte Carlo tolerance (the acceptance's standard error is ~0.005 here): the start
+    # accepts exactly 0.55 on the Laplace approximation, and the band is how far from it a
+    # non-Gaussian posterior may leave a kernel called "near its target" (issue 16).
     assert abs(diag["acceptance_rate"] - 0.55) < 0.07 and diag["rhat"].max() < 1.01
 
 
