@@ -28,6 +28,7 @@ from .exceptions import GradientNoiseWarning
 from ._geometry import Geometry, build_geometry, noise_probe
 from .minibatch import BATCH_SCHEMES
 from .models import Model
+from .models._base import largest_abs
 from .samplers import get_sampler
 from .samplers._step_size import largest_curvature
 
@@ -146,16 +147,27 @@ class BaseSGBayes(BaseEstimator):
                 max_draws = max(AUTO_MAX_DRAWS, AUTO_DRAW_FLOATS // (self.n_chains * max(n_params, 1)))
         return burn_in, min_adaptation, max_draws
 
-    def _n_burn(self, sampler, n_params):
-        burn_in, min_adaptation, _ = self._run_policy(sampler, n_params)
+    def _first_schedule(self, sampler, n_params, resume):
+        """``(burn_in, max_draws, schedule)``: the resolved policy and the first block's
+        :class:`~skbayes_sg._run_length.Schedule` (no burn-in for a continued chain).
+
+        Raises ``ValueError`` when the schedule would keep no draw, before any work is done.
+        """
+        burn_in, min_adaptation, max_draws = self._run_policy(sampler, n_params)
+        burn_in = None if resume else burn_in
         n_iter = _run_length.first_n_iter(self.n_iter, burn_in, min_adaptation)
-        n_burn = _run_length.n_burn_of(burn_in, n_iter)
+        n_burn = 0 if burn_in is None else _run_length.n_burn_of(burn_in, n_iter)
         if n_burn >= n_iter:
             raise ValueError(
                 f"burn_in={self.burn_in!r} discards {n_burn} of n_iter={self.n_iter} iterations, leaving no "
                 "draws; burn_in must be below n_iter (or a fraction in [0, 1))."
             )
-        return n_burn
+        eff_thin, n_draws = draw_schedule(n_iter, n_burn, self.thin, max_draws)
+        if n_draws == 0:
+            raise ValueError(
+                f"n_iter={n_iter} with {n_burn} burn-in iterations leaves {n_iter - n_burn}, fewer than "
+                f"thin={self.thin}: no draw would be kept. Increase n_iter (or use n_iter='auto') or lower thin.")
+        return burn_in, max_draws, _run_length.Schedule(n_iter, n_burn, eff_thin)
 
     def _batch_size(self, sampler, n_samples, n_params=1):
         if sampler.requires_full_data:
@@ -236,6 +248,7 @@ class BaseSGBayes(BaseEstimator):
             return self._fit_multilevel(sampler, model, "auto" if self.batch_size == "auto" else batch_size)
         can_resume = hasattr(self, "_chain_states") and self._can_resume(sampler, model)
         resume = (self.warm_start or streaming) and can_resume
+        burn_in, max_draws, first = self._first_schedule(sampler, model.n_params, resume)
         self._fit_map = None
         if resume:
             # The chains continue in the coordinates they ran in (any fixed preconditioner
@@ -244,7 +257,7 @@ class BaseSGBayes(BaseEstimator):
             if streaming:
                 geometry = geometry.for_data(model)
             chain_model = geometry.chain_model(model)
-            n_burn, starts, step_size, info = 0, self._chain_states, None, {}
+            starts, step_size, info = self._chain_states, None, {}
             fit_round = self._fit_round + 1
             if streaming and isinstance(getattr(sampler, "step_size", None), str):
                 # The posterior sharpens as N grows: the step that was stable on the first
@@ -258,7 +271,6 @@ class BaseSGBayes(BaseEstimator):
                                       self._auto_preconditioner, self._auto_control_variate, self.batch_scheme,
                                       start_at_map=isinstance(self.init, str) and self.init == "map")
             chain_model = geometry.chain_model(model)
-            n_burn = self._n_burn(sampler, model.n_params)
             starts = Geometry.to_chain(chain_model, self._initial_points(model))
             if geometry.L is not None and isinstance(self.init, str) and self.init == "map":
                 # Chains start at draws of the Laplace approximation, N(0, I) in whitened
@@ -291,8 +303,8 @@ class BaseSGBayes(BaseEstimator):
         control_variate = geometry.control_variate(chain_model)
         info = {**info, "gradient": geometry.gradient, "preconditioner": geometry.preconditioner}
 
-        results, summary, blocks = self._run(sampler, chain_model, starts, n_burn, batch_size, step_size,
-                                             fit_round, control_variate, resume)
+        results, summary, blocks = self._run(sampler, chain_model, starts, first, burn_in, max_draws, batch_size,
+                                             step_size, fit_round, control_variate)
         eff_thin, n_run = blocks[-1].eff_thin, blocks[-1].n_iter
         if self.n_iter == "auto":
             info["n_iter_blocks"] = [b.n_iter for b in blocks]
@@ -305,7 +317,6 @@ class BaseSGBayes(BaseEstimator):
         elif resume:
             draws = np.concatenate([self.samples_, draws], axis=1)
             stats = {k: np.concatenate([self.sample_stats_[k], v], axis=1) for k, v in stats.items()}
-            max_draws = self._run_policy(sampler, model.n_params)[2]
             if max_draws is not None and draws.shape[1] > max_draws:
                 # Keep memory bounded on long continued runs: thin the whole record evenly.
                 keep = np.linspace(0, draws.shape[1] - 1, max_draws).round().astype(int)
@@ -334,25 +345,18 @@ class BaseSGBayes(BaseEstimator):
         self._warn_convergence()
         return self
 
-    def _run(self, sampler, chain_model, starts, n_burn, batch_size, step_size, fit_round, control_variate,
-             resume):
-        """Run the chains for ``n_iter``, or with ``"auto"`` in blocks until they converge.
+    def _run(self, sampler, chain_model, starts, first, burn_in, max_draws, batch_size, step_size, fit_round,
+             control_variate):
+        """Run the chains for the ``first`` schedule, and with ``n_iter="auto"`` in further
+        blocks until they converge (``burn_in`` None: a continued chain, which runs until its
+        own draws meet the targets).
 
         Returns the chains' results, the :func:`~skbayes_sg.diagnostics.summarize` of their
         draws when it was computed (``"auto"``) or None, and the schedule of every block
-        (:mod:`skbayes_sg._run_length`). A continued fit (``resume``) has no burn-in, and
-        with ``"auto"`` runs until its own draws meet the targets.
+        (:mod:`skbayes_sg._run_length`).
         """
-        burn_in, min_adaptation, max_draws = self._run_policy(sampler, chain_model.n_params)
-        burn_in = None if resume else burn_in
-        n_iter = _run_length.first_n_iter(self.n_iter, burn_in, min_adaptation)
-        eff_thin, n_draws = draw_schedule(n_iter, n_burn, self.thin, max_draws)
-        if n_draws == 0:
-            raise ValueError(
-                f"n_iter={n_iter} with {n_burn} burn-in iterations leaves {n_iter - n_burn}, fewer than "
-                f"thin={self.thin}: no draw would be kept. Increase n_iter (or use n_iter='auto') or lower thin.")
-        blocks = [_run_length.Schedule(n_iter, n_burn, eff_thin)]
-        runners = start_chains(sampler, chain_model, list(starts), n_iter, n_burn, self.thin, max_draws,
+        blocks = [first]
+        runners = start_chains(sampler, chain_model, list(starts), first.n_iter, first.n_burn, self.thin, max_draws,
                                batch_size, self.batch_scheme, self._seeds(fit_round), step_size, control_variate)
         runners = advance_chains(runners, chain_model, self.n_jobs, self.verbose)
         summary = None
@@ -698,13 +702,9 @@ def _map_estimate(model, gtol=1e-2):
 
 
 def _feature_scale(model):
-    """``max |X|`` of a model's in-memory features (NaN when it has none or they are not at hand)."""
+    """``max |X|`` of a model's features (NaN for a model without ``X``)."""
     X = getattr(model, "X", None)
-    try:
-        values = X.data if sp.issparse(X) else np.asarray(X)
-        return float(np.max(np.abs(values))) if values.size else float("nan")
-    except (TypeError, ValueError, AttributeError):
-        return float("nan")
+    return float("nan") if X is None else largest_abs(X)
 
 
 def _newton_map(model, tol=1e-3, max_iter=50):

@@ -65,9 +65,14 @@ class Schedule:
         return (self.n_iter - self.n_burn) // self.eff_thin
 
 
+def _is_count(burn_in):
+    """Whether ``burn_in`` is a number of iterations (an int >= 1) rather than a fraction."""
+    return isinstance(burn_in, Integral) and not isinstance(burn_in, bool) and burn_in >= 1
+
+
 def n_burn_of(burn_in, n_iter):
     """Burn-in iterations of a run of ``n_iter``: a count, or a fraction of ``n_iter``."""
-    if isinstance(burn_in, Integral) and not isinstance(burn_in, bool) and burn_in >= 1:
+    if _is_count(burn_in):
         return int(burn_in)
     return int(round(float(burn_in) * n_iter))
 
@@ -82,7 +87,7 @@ def first_n_iter(n_iter, burn_in, min_adaptation=0):
     """
     if n_iter != "auto":
         return int(n_iter)
-    if isinstance(burn_in, Integral) and not isinstance(burn_in, bool) and burn_in >= 1:
+    if _is_count(burn_in):
         return int(burn_in) + int(FIRST_BLOCK * 0.8)
     if burn_in and min_adaptation:
         return max(FIRST_BLOCK, int(np.ceil(min_adaptation / float(burn_in))))
@@ -118,7 +123,7 @@ def next_schedule(schedule, summary, burn_in, max_draws, n_chains, max_iter=None
     target_kept = n_kept * growth
     if burn_in is None:
         n_iter = target_kept
-    elif isinstance(burn_in, Integral) and not isinstance(burn_in, bool) and burn_in >= 1:
+    elif _is_count(burn_in):
         n_iter = target_kept + int(burn_in)
     else:
         n_iter = target_kept / (1.0 - float(burn_in))
@@ -127,9 +132,10 @@ def next_schedule(schedule, summary, burn_in, max_draws, n_chains, max_iter=None
     eff_thin = schedule.eff_thin
     while True:
         # The burn-in moves by whole multiples of the new thinning, so that the draws
-        # already stored stay on the new grid (ChainRunner.extend).
-        n_burn = schedule.n_burn + eff_thin * int(np.ceil(max(0, target_burn - schedule.n_burn) / eff_thin))
-        n_burn = min(n_burn, n_iter - eff_thin)
+        # already stored stay on the new grid (ChainRunner.extend), and leaves a draw.
+        steps = int(np.ceil(max(0, target_burn - schedule.n_burn) / eff_thin))
+        steps = min(steps, max(0, (n_iter - eff_thin - schedule.n_burn) // eff_thin))
+        n_burn = schedule.n_burn + eff_thin * steps
         if max_draws is None or (n_iter - n_burn) // eff_thin <= max_draws:
             return Schedule(n_iter, n_burn, eff_thin)
         eff_thin *= 2

@@ -9,6 +9,19 @@ stack of draws.
 import copy
 
 import numpy as np
+import scipy.sparse as sp
+
+
+def largest_abs(X):
+    """``max |X|`` of a dense, memory-mapped (one pass in row blocks) or sparse matrix."""
+    if sp.issparse(X):
+        return float(np.abs(X.data).max()) if X.nnz else 0.0
+    out = 0.0
+    for start in range(0, X.shape[0], 65536):
+        block = np.asarray(X[start:start + 65536])
+        if block.size:
+            out = max(out, float(np.abs(block).max()))
+    return out
 
 
 class Model:

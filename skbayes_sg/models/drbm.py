@@ -39,7 +39,7 @@ stable log-sum-exp.
 import numpy as np
 import scipy.sparse as sp
 
-from ._base import Model
+from ._base import Model, largest_abs
 from ._gradients import PerExampleGradients
 from .glm import class_codes
 
@@ -54,18 +54,6 @@ _PROD_GROUP = 512
 
 #: Largest ``D max|X|`` the float32 operators take: float32's range with a margin for sums.
 _FLOAT32_SAFE = float(np.finfo(np.float32).max) / 1e3
-
-
-def _largest_abs(X):
-    """``max |X|`` of a dense, memory-mapped (one pass in row blocks) or sparse matrix."""
-    if sp.issparse(X):
-        return float(np.abs(X.data).max()) if X.nnz else 0.0
-    out = 0.0
-    for start in range(0, X.shape[0], 65536):
-        block = np.asarray(X[start:start + 65536])
-        if block.size:
-            out = max(out, float(np.abs(block).max()))
-    return out
 
 
 def _op_scale(v, dtype):
@@ -295,7 +283,7 @@ class DRBMModel(Model):
         self.operator_dtype = np.dtype(operator_dtype)
         if self.operator_dtype not in (np.float64, np.float32):
             raise ValueError(f"operator_dtype must be 'float64' or 'float32'; got {operator_dtype!r}.")
-        if self.operator_dtype == np.float32 and _largest_abs(self.X) * max(1, X.shape[1]) > _FLOAT32_SAFE:
+        if self.operator_dtype == np.float32 and largest_abs(self.X) * max(1, X.shape[1]) > _FLOAT32_SAFE:
             # Features this large overflow single precision in the per-example products
             # (|X W| <= D max|X| with W scaled to max |W| = 1); double precision keeps them.
             self.operator_dtype = np.dtype(np.float64)
