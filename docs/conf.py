@@ -25,6 +25,9 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    # MathJax served from the built docs, not a CDN, so the maths renders offline
+    # (issue 18; docs/build.sh checks that no page loads a script from the network).
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
@@ -121,6 +124,9 @@ sphinx_gallery_conf = {
     "abort_on_example_error": True,
     "show_memory": False,
     "min_reported_time": 1,
+    # The computation-times pages load jQuery and DataTables from CDNs; the docs must read
+    # offline (docs/build.sh checks), and the times are in the build log anyway.
+    "write_computation_times": False,
 }
 
 # -- HTML ----------------------------------------------------------------------------------
