@@ -73,6 +73,11 @@ _FIT_INFO = ("lambda_max", "noise_eigenvalue", "predicted_noise_error", "gradien
 #: Estimator values of ``gradient``.
 GRADIENTS = ("auto", "minibatch", "control_variate")
 
+#: A failed convergence check advises standardising when the ratio of the largest to the
+#: smallest (non-zero) feature standard deviation exceeds this, and the chains did not run
+#: in coordinates whitened by the MAP Hessian (which makes them scale-free).
+FEATURE_SCALE_SPREAD = 100.0
+
 # Upper bound on the floats one predictive chunk allocates (draws x rows x outputs).
 _PREDICT_CHUNK = 2**22
 
@@ -340,9 +345,7 @@ class BaseSGBayes(BaseEstimator):
         self.diagnostics_ = self._diagnostics(results, draws, stats, info, n_grad, batch_size, eff_thin, summary)
         self._observed_y = y
         self._set_posterior_attributes(self._model)
-        if not self._warn_predicted_noise(sampler):
-            self._warn_kinetic_temperature(sampler)
-        self._warn_convergence()
+        self._warn_fit(sampler, X)
         return self
 
     def _run(self, sampler, chain_model, starts, first, burn_in, max_draws, batch_size, step_size, fit_round,
@@ -449,66 +452,91 @@ class BaseSGBayes(BaseEstimator):
                 diag[key] = np.stack(vals)  # per chain (e.g. a learned proposal factor)
             else:
                 diag[key] = sum(vals) if isinstance(vals[0], Integral) else float(np.mean(vals))
-        if diag.get("noise_clipped", 0) > 0:
-            warnings.warn(
-                f"{type(self._sampler).__name__}: the noise estimate exceeded the friction on "
-                f"{diag['noise_clipped']} coordinate-iterations and was clipped, so the chains run hotter "
-                "than the posterior. Increase `friction` or decrease `step_size`.",
-                UserWarning,
-            )
         return diag
 
-    def _warn_predicted_noise(self, sampler):
-        """Warn when the step's predicted gradient-noise error is over twice the sampler's tolerance.
+    def _warn_fit(self, sampler, X):
+        """Issue at most one warning for the fit, naming its likeliest cause and the fix.
+
+        The checks (predicted gradient noise, kinetic temperature, clipped noise estimate,
+        R-hat and ESS) often fail together for one cause, a step size too large or too small
+        for the posterior; one warning whose first sentence is that cause is more use than
+        several, and a ``GridSearchCV`` over step sizes prints one line per poor cell. The
+        category is ``GradientNoiseWarning`` when the chains ran at the wrong temperature
+        (the cause), else ``ConvergenceWarning``; the first subclasses the second.
+        """
+        noise = self._predicted_noise_message(sampler) or self._kinetic_temperature_message(sampler)
+        clipped = self.diagnostics_.get("noise_clipped", 0)
+        if noise is None and clipped > 0:
+            noise = (f"the noise estimate exceeded the friction on {clipped} coordinate-iterations and was "
+                     "clipped, so the chains ran hotter than the posterior. Increase friction or decrease step_size.")
+        convergence = self._convergence_messages()
+        if noise is None and not convergence:
+            return
+        parts = [noise] if noise is not None else []
+        if convergence:
+            lead = "The chains also failed the convergence checks: " if noise is not None else ""
+            advice = self._convergence_advice(sampler, X) if noise is None else []
+            text = " Also, ".join(convergence + advice)
+            parts.append(lead + text)
+        category = GradientNoiseWarning if noise is not None else ConvergenceWarning
+        warnings.warn(f"{type(self).__name__} with {type(sampler).__name__}: " + " ".join(parts), category,
+                      stacklevel=_caller_stacklevel())
+
+    def _predicted_noise_message(self, sampler):
+        """Why the step's predicted gradient-noise error is over twice the sampler's tolerance,
+        or None.
 
         The one check that covers SGLD, which has no momentum whose temperature could show
         the noise. It fires for explicit step sizes (the auto rule keeps the prediction at
-        the tolerance). Returns whether it warned.
+        the tolerance).
         """
         delta = self.diagnostics_.get("predicted_noise_error")
         tolerance = getattr(sampler, "_noise_tolerance", None)
         if delta is None or tolerance is None or delta <= 2 * tolerance:
-            return False
-        name = type(sampler).__name__
+            return None
         fixes = ["step_size='auto'", "a larger batch_size"]
         if self.diagnostics_.get("gradient") == "minibatch":
             fixes.append("gradient='control_variate'")
-        warnings.warn(
-            f"{name}: at step_size={self.diagnostics_['step_size']:.3g} the minibatch gradient noise "
+        return (
+            f"at step_size={self.diagnostics_['step_size']:.3g} the minibatch gradient noise "
             f"(largest eigenvalue {self.diagnostics_['noise_eigenvalue']:.3g}) is predicted to inflate the "
             f"posterior variance along its noisiest direction by about {100 * delta:.0f}% "
-            f"(h sigma_max / 2AT = {delta:.3g}). Use {', '.join(fixes[:-1])} or {fixes[-1]}.",
-            GradientNoiseWarning, stacklevel=3)
-        return True
+            f"(h sigma_max / 2AT = {delta:.3g}). Use {', '.join(fixes[:-1])} or {fixes[-1]}.")
 
-    def _warn_kinetic_temperature(self, sampler):
+    def _kinetic_temperature_message(self, sampler):
+        """Why the chains' mean kinetic temperature is off its target, or None."""
         kinetic = self.sample_stats_.get("kinetic_temperature")
         T = getattr(sampler, "temperature", None)
         if kinetic is None or T is None or kinetic.shape[1] < 4:
-            return
+            return None
         mean = float(kinetic.mean())
         mcse = float(np.nan_to_num(diagnostics.mcse_mean(kinetic), nan=np.inf))
         T_expected = sampler.expected_kinetic_temperature(self.diagnostics_["step_size"])
-        if abs(mean - T_expected) > KINETIC_TOLERANCE * T_expected + 4 * mcse:
-            self.diagnostics_["kinetic_temperature"] = mean
-            if mean > T_expected:
-                cause = ("Minibatch gradient noise is not being dissipated: increase friction, decrease "
-                         "step_size or increase batch_size")
-                cause += "." if hasattr(sampler, "expm_tol") else ", or use a sampler that controls the noise (mccadl)."
-            else:
-                # A chain started at the mode with thermal momentum gives about half its kinetic
-                # energy to the potential before it equilibrates.
-                cause = ("The chains have not reached equilibrium (a burn-in too short for the friction) or the "
-                         "step size is too large: increase n_iter or burn_in, or decrease step_size.")
-            warnings.warn(
-                f"{type(sampler).__name__}: the chains ran {'hotter' if mean > T_expected else 'colder'} than the target: "
-                f"mean kinetic temperature {mean:.3g} against T = {T:g}"
-                f"{'' if T_expected == T else f' ({T_expected:.3g} expected of this scheme at this step)'}, so the "
-                "posterior variances are off by "
-                f"about that factor. {cause}",
-                GradientNoiseWarning, stacklevel=3)
+        if abs(mean - T_expected) <= KINETIC_TOLERANCE * T_expected + 4 * mcse:
+            return None
+        self.diagnostics_["kinetic_temperature"] = mean
+        if mean > T_expected:
+            cause = ("Minibatch gradient noise is not being dissipated: increase friction, decrease "
+                     "step_size or increase batch_size")
+            # Only the covariance-controlled samplers cancel the noise; never advise them to
+            # a user who already runs one.
+            cause += "." if getattr(sampler, "controls_noise", False) else (
+                ", or use a sampler that controls the noise (mccadl).")
+        else:
+            # A chain started at the mode with thermal momentum gives about half its kinetic
+            # energy to the potential before it equilibrates.
+            cause = ("The chains have not reached equilibrium (a burn-in too short for the friction) or the "
+                     "step size is too large: increase n_iter or burn_in, or decrease step_size.")
+        if not isinstance(sampler.step_size, str):
+            cause += f" step_size was set by hand; step_size='auto' sets it from the posterior's curvature and noise."
+        return (
+            f"the chains ran {'hotter' if mean > T_expected else 'colder'} than the target: "
+            f"mean kinetic temperature {mean:.3g} against T = {T:g}"
+            f"{'' if T_expected == T else f' ({T_expected:.3g} expected of this scheme at this step)'}, so the "
+            f"posterior variances are off by about that factor. {cause}")
 
-    def _warn_convergence(self):
+    def _convergence_messages(self):
+        """What the R-hat and ESS checks found (a list of sentences, empty when they pass)."""
         names = self._param_names()
         rhat, ess = self.diagnostics_["rhat"], self.diagnostics_["ess"]
         messages = []
@@ -538,8 +566,25 @@ class BaseSGBayes(BaseEstimator):
                 f"n_iter='auto' stopped at its ceiling of {self.diagnostics_['n_iter_blocks'][-1]} iterations per "
                 "chain: the chains move too slowly for it. Use a larger step size, a sampler that mixes faster, "
                 "or an explicit, larger n_iter.")
-        if messages:
-            warnings.warn(f"{type(self).__name__}: " + " Also, ".join(messages), ConvergenceWarning, stacklevel=3)
+        return messages
+
+    def _convergence_advice(self, sampler, X):
+        """Fixes of a failed convergence check that fit its likeliest cause."""
+        advice = []
+        if not isinstance(getattr(sampler, "step_size", "auto"), str):
+            advice.append(
+                f"step_size={self.diagnostics_['step_size']:.3g} was set by hand: step_size='auto' sets it from the "
+                "posterior's curvature and the gradient noise.")
+        if self.diagnostics_.get("preconditioner") != "dense":
+            # Without the MAP-Hessian whitening the chains run in the features' own units, and
+            # features on scales orders of magnitude apart make the posterior too elongated
+            # for any one step size.
+            spread = _feature_scale_spread(X)
+            if spread > FEATURE_SCALE_SPREAD:
+                advice.append(
+                    f"the features' scales differ by a factor of {spread:.3g}: standardise them (for example "
+                    "make_pipeline(StandardScaler(), estimator)).")
+        return advice
 
     # -- inspection --------------------------------------------------------------------------
     def _param_names(self):
@@ -746,3 +791,47 @@ def epoch_permutation(random_state, n):
         # A stream of its own, apart from the chains' SeedSequence children.
         return np.random.default_rng([int(random_state), 2**31]).permutation(n)
     return check_random_state(random_state).permutation(n)
+
+
+def _feature_scale_spread(X):
+    """Ratio of the largest to the smallest non-zero column standard deviation of ``X``."""
+    if sp.issparse(X):
+        from sklearn.utils.sparsefuncs import mean_variance_axis
+
+        sd = np.sqrt(mean_variance_axis(sp.csr_matrix(X), axis=0)[1])
+    else:
+        sd = np.asarray(X, dtype=float).std(axis=0)
+    sd = sd[np.isfinite(sd) & (sd > 0)]
+    return float(sd.max() / sd.min()) if sd.size else 1.0
+
+
+def _caller_stacklevel():
+    """``stacklevel`` for ``warnings.warn`` that points at the user's call of ``fit``.
+
+    The frames between (this package, scikit-learn's wrappers, threadpoolctl's and
+    contextlib's decorators, joblib) vary with the entry point (``fit``, ``partial_fit``,
+    a Pipeline, ``GridSearchCV``), so a constant level would attribute the warning to one
+    of them.
+    """
+    import sys
+
+    frame, level = sys._getframe(2), 2  # level 1 is warn's caller
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _is_internal(filename):
+    import contextlib
+    import functools
+    import os
+
+    import joblib
+    import sklearn
+    import threadpoolctl
+
+    import skbayes_sg
+
+    packages = tuple(os.path.dirname(m.__file__) + os.sep for m in (skbayes_sg, sklearn, joblib))
+    return (filename.startswith(packages)
+            or filename in (contextlib.__file__, functools.__file__, threadpoolctl.__file__))

@@ -1,14 +1,23 @@
 """Exceptions and warnings of skbayes_sg."""
 
+from sklearn.exceptions import ConvergenceWarning
 
-class GradientNoiseWarning(UserWarning):
+
+class GradientNoiseWarning(ConvergenceWarning):
     """The chains ran hotter (or colder) than the target temperature.
 
-    Raised after ``fit`` when the mean kinetic temperature ``p'p / P`` of a momentum
-    sampler differs from ``T`` beyond Monte Carlo error. At stationarity it must equal
-    ``T`` (equipartition). Above ``T`` it measures the minibatch gradient noise that the
-    friction did not dissipate (the posterior is too wide by about that factor in
-    variance); below, usually chains that have not equilibrated.
+    Issued after ``fit`` when the mean kinetic temperature ``p'p / P`` of a momentum
+    sampler differs from ``T`` beyond Monte Carlo error, or when the step's predicted
+    gradient-noise error is well above the sampler's tolerance. At stationarity the
+    kinetic temperature must equal ``T`` (equipartition). Above ``T`` it measures the
+    minibatch gradient noise that the friction did not dissipate (the posterior is too
+    wide by about that factor in variance); below, usually chains that have not
+    equilibrated.
+
+    A subclass of scikit-learn's ``ConvergenceWarning`` (so of ``UserWarning``): in both
+    cases the draws do not represent the posterior, and filtering ``ConvergenceWarning``
+    filters it too. ``fit`` issues at most one warning; when the chains also failed the
+    convergence checks, that warning says so as well.
     """
 
 

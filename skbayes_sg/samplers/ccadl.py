@@ -73,6 +73,9 @@ class CCAdL(ThermostatSampler):
     _auto_step_constant = 0.05
     # The covariance correction cancels most of the noise (see MCCAdL).
     _noise_tolerance = 0.15
+    #: Estimates and cancels the minibatch noise covariance (a warning never advises
+    #: switching to a noise-controlling sampler when this one is in use).
+    controls_noise = True
 
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, covariance="auto",
                  temperature=1.0, preconditioner="auto"):

@@ -122,6 +122,9 @@ class MCCAdL(ThermostatSampler):
     # predicted noise error (on a9a, whitened with control variates: h = 0.2 gives sds
     # within 3% and means within 0.05 sd of an exact HMC posterior).
     _noise_tolerance = 0.15
+    #: Estimates and cancels the minibatch noise covariance (a warning never advises
+    #: switching to a noise-controlling sampler when this one is in use).
+    controls_noise = True
 
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, temperature=1.0,
                  expm_tol=DEFAULT_TOL, expm_method="auto", sigma_estimate="independent", preconditioner="auto"):
