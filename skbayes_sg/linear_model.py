@@ -1,5 +1,6 @@
 """Bayesian linear models sampled by stochastic-gradient MCMC."""
 
+import tempfile
 from numbers import Real
 
 import numpy as np
@@ -11,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ._classifier import BaseSGBayesClassifier
 from ._estimator import BaseSGBayes, epoch_permutation
 from .models import LinearRegressionModel, LogisticModel, SoftmaxModel
+from .models.glm import _memory_mapped
 
 _COMMON_DOC = """
     sampler : str or sampler instance, default="mccadl"
@@ -139,6 +141,17 @@ _GLM_PRIOR_CONSTRAINTS = {
     "alpha": [Interval(Real, 0, None, closed="neither"), "array-like"],
     "alpha_intercept": [Interval(Real, 0, None, closed="neither")],
 }
+
+
+def _standardised(y, m, s):
+    """``(y - m) / s``; for a memory-mapped ``y`` in a temporary file, block by block, so
+    that a fit on memory-mapped data keeps no per-row array in memory."""
+    if not _memory_mapped(y):
+        return (y - m) / s
+    out = np.memmap(tempfile.TemporaryFile(), dtype=np.float64, mode="w+", shape=np.shape(y))
+    for start in range(0, out.shape[0], 65536):
+        out[start:start + 65536] = (y[start:start + 65536] - m) / s
+    return out
 
 
 class _SparseInput:
@@ -417,6 +430,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         self.y_mean_, self.y_scale_ = 0.0, 1.0
         if not self.normalize_y:
             return
+        y = np.asarray(y, dtype=float)  # a non-numeric y fails here with numpy's "could not convert"
         if self.fit_intercept:
             self.y_mean_ = float(np.mean(y))
             scale = float(np.std(y))
@@ -431,7 +445,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     def _build_model(self, X, y):
         m, s = self.y_mean_, self.y_scale_
         if m != 0.0 or s != 1.0:
-            y = (y - m) / s
+            y = _standardised(y, m, s)
         tau = self.noise_precision
         return LinearRegressionModel(
             X, y, alpha=self.alpha, alpha_intercept=self.alpha_intercept, fit_intercept=self.fit_intercept,
