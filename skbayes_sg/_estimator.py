@@ -694,7 +694,8 @@ def _map_estimate(model, gtol=1e-2):
     A chain's start needs the mode only to a small fraction of a posterior standard
     deviation: a residual gradient ``g`` along a direction of curvature ``lambda``
     misplaces it by ``g / lambda``, that is ``g / sqrt(lambda)`` standard deviations, and
-    ``lambda >= alpha`` (the prior's precision). So L-BFGS's gradient tolerance is
+    ``lambda >= alpha`` (the prior's precision; a weak intercept prior's is smaller, but an
+    intercept's curvature is the data's, summed over all rows). So L-BFGS's gradient tolerance is
     absolute and loose (scipy's default 1e-5 on a gradient of size O(N) costs several
     times more iterations for no visible gain); the objective's relative tolerance is left
     tight so that it is the gradient that decides. The control variate and the

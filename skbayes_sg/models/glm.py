@@ -93,7 +93,7 @@ def prior_precisions(alpha, alpha_intercept, n_features, n_outputs, fit_intercep
     """Validate a GLM's prior precisions and lay them out like ``theta``'s weights.
 
     Returns ``(alpha, alpha_intercept, prior_precision)``: ``alpha`` a float or an array of
-    shape (D,) or (K, D) (coef_'s shape), ``alpha_intercept`` a float (``alpha`` when None),
+    shape (D,) or (K, D) (the shape of ``coef_``), ``alpha_intercept`` a float (``alpha`` when None),
     and ``prior_precision`` the precision of each of the first ``D K (+ K)`` coordinates of
     ``theta``: a float when they all share one (the papers' isotropic prior, whose
     arithmetic then stays that of a scalar, draw for draw) and an array of that length
@@ -145,6 +145,8 @@ class _GLM(Model):
     _centre_cache = None
     _cache_row_norms = True
     _n_extra = 0
+    #: ``-prior_precision`` padded with zeros to P, for a per-coefficient prior's gradient.
+    _negative_precision = None
     #: dtype of the targets the likelihood kernels compute with (``_rows`` converts to it).
     _y_dtype = np.float64
 
@@ -378,8 +380,11 @@ class _GLM(Model):
         if np.ndim(prec) == 0:
             grad = theta * -prec
         else:
-            grad = np.zeros_like(theta)
-            np.multiply(theta[:prec.size], -prec, out=grad[:prec.size])
+            # One multiply, as the scalar's: the force of every iteration includes it.
+            neg = self._negative_precision
+            if neg is None or neg.size != theta.size:
+                neg = self._negative_precision = np.concatenate([-prec, np.zeros(self._n_extra)])
+            grad = theta * neg
         if self._n_extra:
             grad[-self._n_extra:] = 0.0
         return grad
@@ -740,7 +745,7 @@ class SoftmaxModel(_GLM):
         Kept in its integer dtype (the classifiers' codes are one byte a row).
     n_classes : int
     alpha : float or array of shape (D,) or (K, D), default=1.0
-        Prior precision of the weights: one for all, or one per feature (and class: coef_'s shape).
+        Prior precision of the weights: one for all, or one per feature (and class: the shape of ``coef_``).
     alpha_intercept : float or None, default=None
         Prior precision of the intercepts; None gives it ``alpha`` (a float), the papers' prior.
     fit_intercept : bool, default=True
@@ -824,8 +829,16 @@ class LinearRegressionModel(_GLM):
             s = theta[-1]
             a, b = self.noise_prior_shape, self.noise_prior_rate
             lp += a * s - b * np.exp(s)
-            grad[-1] = a - b * np.exp(s)
         return lp, grad
+
+    def grad_log_prior(self, theta):
+        """Gradient of the log prior: the weights' Gaussian and, when ``tau`` is sampled, the
+        Gamma prior on ``s = log tau`` (``a - b e^s``), which the SG samplers' force adds at
+        every iteration."""
+        grad = super().grad_log_prior(theta)
+        if self.noise_precision is None:
+            grad[-1] = self.noise_prior_shape - self.noise_prior_rate * np.exp(theta[-1])
+        return grad
 
     def _terms(self, theta, X, y):
         tau = self.tau(theta)
