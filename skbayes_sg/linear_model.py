@@ -114,18 +114,18 @@ _ATTR_DOC = """
 
 _GLM_PRIOR_DOC = """
     alpha : float or array-like of shape {alpha_shapes}, default=1.0
-        Prior precision of the weights: ``coef_[..., j] ~ N(0, 1 / alpha_j)``{alpha_units}.
+        Prior precision of the weights: ``coef_[..., j] ~ N(0, {coef_var})``{alpha_units}.
         A float is the papers' isotropic prior; an array gives each feature its own prior
         scale ``s_j`` as ``alpha_j = 1 / s_j^2``{alpha_classes} (see :ref:`priors`).
         Arrays can be searched over in ``GridSearchCV`` like any other value.
     alpha_intercept : float, default=0.01
-        Prior precision of the intercept{s}, ``N({intercept_mean}, 1 / alpha_intercept)``{alpha_units}:
-        weak by default (sd 10), so that the intercept is not shrunk, as in ``BayesianRidge``
+        Prior precision of the intercept{s}, ``N({intercept_mean}, {intercept_var})``: weak
+        by default (sd {intercept_sd}), so that the intercept is not shrunk, as in ``BayesianRidge``
         and ``LogisticRegression``, yet proper (with separable data a flat intercept gives
         an improper posterior). ``alpha_intercept=alpha`` gives the papers' prior, the same
         on every weight. Ignored without ``fit_intercept``.
     fit_intercept : bool, default=True
-        Whether to add intercept{s}."""
+        Whether to fit the intercept{s}."""
 
 
 def _glm_doc(common, **fmt):
@@ -175,7 +175,8 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     Parameters
     ----------{_glm_doc(_COMMON_DOC, alpha_shapes="(n_features,) or (n_classes, n_features)", alpha_units="",
                         alpha_classes=" (per class too with a 2-d array of ``coef_``'s shape)", s="s",
-                        intercept_mean="0")}
+                        coef_var="1 / alpha_j", intercept_mean="0", intercept_var="1 / alpha_intercept",
+                        intercept_sd="10")}
 
     Attributes
     ----------
@@ -285,8 +286,10 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
 
     Parameters
     ----------{_glm_doc(_COMMON_DOC, alpha_shapes="(n_features,)", s="", alpha_classes="",
-                        alpha_units=" in units of ``y_scale_`` (sd ``y_scale_ / sqrt(alpha_j)``, ``y``'s sd "
-                        "per unit of ``x_j``, with ``normalize_y``)", intercept_mean="y_mean_")}
+                        coef_var="y_scale_**2 / alpha_j", alpha_units=": ``alpha`` is in units of ``y``'s "
+                        "standardised scale, so ``alpha_j = 1`` is a prior sd of one sd of ``y`` per unit of "
+                        "``x_j``", intercept_mean="y_mean_", intercept_var="y_scale_**2 / alpha_intercept",
+                        intercept_sd="10 sds of ``y``")}
     normalize_y : bool, default=True
         Standardise ``y`` (centre it by its mean when ``fit_intercept``, scale it by its sd,
         or by its root mean square without intercept) and state ``alpha``,
