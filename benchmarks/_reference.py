@@ -2,7 +2,8 @@
 
 Each problem is a Bayesian logistic regression with an isotropic Gaussian prior
 ``N(0, alpha^-1 I)`` on the weights *and* the intercept, the posterior that
-:class:`skbayes_sg.models.LogisticModel` defines. Its reference summary (mean, sd and
+:class:`skbayes_sg.models.LogisticModel` defines (the papers' prior; an estimator compared
+with it passes ``alpha_intercept=alpha``, since its default intercept prior is weaker). Its reference summary (mean, sd and
 covariance per coordinate) is computed once by full-data HMC in
 ``benchmarks/reference_posterior.py`` and stored in ``benchmarks/results/reference_<name>.npz``;
 benchmarks read it with :func:`load_reference`.

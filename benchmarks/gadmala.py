@@ -185,7 +185,8 @@ def run_binary(name, n_adapt, n_keep, seed):
     rows = []
     for method, make in METHODS.items():
         clf = SGBayesLogisticRegression(sampler=make(), n_iter=n_adapt + n_keep, burn_in=n_adapt, batch_size=None,
-                                        n_chains=1, init="zeros", max_draws=None, alpha=1.0, random_state=seed)
+                                        n_chains=1, init="zeros", max_draws=None, alpha=1.0, alpha_intercept=1.0,
+                                        random_state=seed)
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             # One chain: the estimator's R-hat warning does not apply.
@@ -322,7 +323,7 @@ def run_defaults(name, standardise, seed, fits=None):
     scaling = "standardised" if standardise else "raw"
     rows = []
     for method, make in (fits or DEFAULT_FITS).items():
-        clf = SGBayesLogisticRegression(batch_size=None, random_state=seed, **make())
+        clf = SGBayesLogisticRegression(batch_size=None, random_state=seed, alpha_intercept=1.0, **make())
         t0 = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -496,7 +497,8 @@ def part_linreg(args):
         X, y = unscaled_design(seed)
         ref = sampled_noise_posterior(sufficient_statistics(X, y), LINREG_ALPHA, 1e-6, 1e-6)
         for method, kw in fits.items():
-            reg = SGBayesLinearRegression(batch_size=None, alpha=LINREG_ALPHA, random_state=seed, **kw)
+            reg = SGBayesLinearRegression(batch_size=None, alpha=LINREG_ALPHA, alpha_intercept=LINREG_ALPHA,
+                                          normalize_y=False, random_state=seed, **kw)
             t0 = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -537,7 +539,8 @@ def part_budget(args):
                 for rep in range(args.repeats):
                     seed = args.seed + rep
                     clf = SGBayesLogisticRegression(sampler=make(), batch_size=None, n_iter=n_adapt + n_keep,
-                                                    burn_in=n_adapt, max_draws=None, random_state=seed)
+                                                    burn_in=n_adapt, max_draws=None, alpha_intercept=1.0,
+                                                    random_state=seed)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         clf.fit(X, y)

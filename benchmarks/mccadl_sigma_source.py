@@ -98,7 +98,8 @@ def sampler_for(option, geometry, plain_step=None):
 
 
 def fit(X, y, option, geometry, n_iter, plain_step=None, n_chains=4, seed=0):
-    kw = dict(n_iter=n_iter, n_chains=n_chains, random_state=seed, max_draws=None)
+    # The reference's (the papers') prior: alpha = 1 on the intercept too.
+    kw = dict(n_iter=n_iter, n_chains=n_chains, random_state=seed, max_draws=None, alpha_intercept=1.0)
     if geometry == "plain":
         kw["gradient"] = "minibatch"
     if option == "split":

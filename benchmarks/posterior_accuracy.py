@@ -35,7 +35,8 @@ Parts (``--part``)
     ``SGBayesLinearRegression(noise_precision=1.0)``, posterior ``N(m, S)``. Variant
     ``sampled`` (the default ``noise_precision=None``: ``log tau`` is the last parameter,
     ``tau ~ Gamma(1e-6, 1e-6)``): exact moments by quadrature over ``log tau``. Every
-    SG sampler (sgld, sghmc, sgnht, ccadl, mccadl) with all defaults (``random_state=0``).
+    SG sampler (sgld, sghmc, sgnht, ccadl, mccadl) with all defaults (``random_state=0``) but
+    the reference's prior (``alpha_intercept=alpha, normalize_y=False``: the papers').
     For comparison, at N in {1e4, 1e5}, D = 5, the old defaults (``gradient="minibatch"``,
     sampler ``preconditioner="none"``, ``batch_size=200``: the old ``"auto"``, which now
     means full data when N x P is small; ``n_iter=5000``, the old default length) for mccadl
@@ -272,7 +273,9 @@ def part_gaussian(emit, quick, samplers):
                               batch_size=OLD_BATCH, n_iter=OLD_N_ITER)
                 else:
                     kw.update(sampler=name)
-                est = SGBayesLinearRegression(random_state=0, **kw)
+                # The reference's prior: N(0, 1/ALPHA) on every weight, the intercept included, in y's units.
+                est = SGBayesLinearRegression(random_state=0, alpha=ALPHA, alpha_intercept=ALPHA, normalize_y=False,
+                                              **kw)
                 ref = refs[variant]
                 rec = {"part": "gaussian", "kind": "fit", "N": N, "D": D, "variant": variant, "sampler": name,
                        "config": config}
@@ -296,7 +299,8 @@ def part_logistic(emit, quick, samplers, problems, configs_for):
               "ref_ess_bulk_min": _r(ref["ess_bulk_min"], 5), "ref_rhat_max": _r(ref["rhat_max"]),
               "ref_mcse_med": _r(np.median(ref["mcse_mean"] / ref["sd"]))})
         for name, config, kw in configs_for(quick, samplers):
-            est = SGBayesLogisticRegression(random_state=0, n_jobs=2, alpha=alpha, fit_intercept=fit_intercept, **kw)
+            est = SGBayesLogisticRegression(random_state=0, n_jobs=2, alpha=alpha, alpha_intercept=alpha,
+                                            fit_intercept=fit_intercept, **kw)
             rec = {"part": configs_for.__name__.replace("_configs", ""), "kind": "fit", "problem": problem,
                    "N": int(X.shape[0]), "D": int(X.shape[1]), "sampler": name, "config": config,
                    "n_iter": est.n_iter}

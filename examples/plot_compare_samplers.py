@@ -48,7 +48,8 @@ S = np.linalg.inv(tau * X.T @ X + alpha * np.eye(P))
 m = tau * S @ X.T @ y
 sd_exact = np.sqrt(np.diag(S))
 
-common = dict(noise_precision=tau, alpha=alpha, fit_intercept=False, n_iter=N_ITER, n_chains=2,
+# normalize_y=False: the prior N(0, 1/alpha) in y's units, the one the exact posterior above uses.
+common = dict(noise_precision=tau, alpha=alpha, fit_intercept=False, normalize_y=False, n_iter=N_ITER, n_chains=2,
               init="map", random_state=0)
 samplers = {
     "SGLD": (SGLD(), 200),

@@ -118,6 +118,18 @@ class BaseSGBayes(BaseEstimator):
     def _set_posterior_attributes(self, model):
         raise NotImplementedError
 
+    def _user_affine(self):
+        """``(scale, shift)`` of shape (P,) mapping the model's ``theta`` to the user's units
+        coordinate by coordinate (``theta_user = scale * theta + shift``), or None when the
+        model samples in the user's units. A regressor that samples a standardised problem
+        reports its draws, ``init`` and MCSEs through it."""
+        return None
+
+    def _prediction_model(self, model):
+        """The model kept for prediction after fit: ``model`` without its data, in the units
+        of :meth:`_user_affine`'s draws."""
+        return model.without_data()
+
     # -- the fit loop --------------------------------------------------------------------
     def _laplace_start(self, sampler):
         """Whether the chains start at draws of the Laplace approximation at the MAP, with the
@@ -221,6 +233,9 @@ class BaseSGBayes(BaseEstimator):
             )
         if not np.isfinite(init).all():
             raise ValueError("init contains NaN or infinity; give finite starting values.")
+        affine = self._user_affine()
+        if affine is not None:
+            init = (init - affine[1]) / affine[0]  # given in the units of samples_
         return init
 
     def _seeds(self, fit_round):
@@ -315,6 +330,11 @@ class BaseSGBayes(BaseEstimator):
             info["n_iter_blocks"] = [b.n_iter for b in blocks]
         self._geometry = geometry
         draws = np.stack([r.draws for r in results])
+        affine = self._user_affine()
+        if affine is not None:
+            draws = draws * affine[0] + affine[1]
+            if summary is not None:  # ESS and R-hat are affine-invariant, the MCSE scales
+                summary = {**summary, "mcse_mean": summary["mcse_mean"] * np.abs(affine[0])}
         stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
         if resume and streaming:
             n_grad = self.diagnostics_["n_grad_evals"] + sum(r.n_grad_evals for r in results)
@@ -341,7 +361,7 @@ class BaseSGBayes(BaseEstimator):
         self.samples_ = draws
         self.sample_stats_ = stats
         self.sample_weight_ = None
-        self._model = model.without_data()
+        self._model = self._prediction_model(model)
         self.diagnostics_ = self._diagnostics(results, draws, stats, info, n_grad, batch_size, eff_thin, summary)
         self._observed_y = y
         self._set_posterior_attributes(self._model)
@@ -410,10 +430,16 @@ class BaseSGBayes(BaseEstimator):
         self._fit_round = 0
         self._sampler = sampler
         self.samples_ = np.asarray(draws)[None]
+        affine = self._user_affine()
+        if affine is not None:
+            self.samples_ = self.samples_ * affine[0] + affine[1]
+            for key in ("rmse", "target_rmse"):  # per-coordinate errors scale with the draws
+                if np.shape(diag.get(key)) == affine[0].shape:
+                    diag[key] = diag[key] * np.abs(affine[0])
         self.sample_weight_ = np.asarray(weights, dtype=float)[None]
         self.sample_stats_ = {}
         self.n_iter_ = int(diag.get("n_iter", 0))
-        self._model = model.without_data()
+        self._model = self._prediction_model(model)
         self.diagnostics_ = dict(diag)
         self._observed_y = None
         self._set_posterior_attributes(self._model)
@@ -713,7 +739,8 @@ def _map_estimate(model, gtol=1e-2):
     A chain's start needs the mode only to a small fraction of a posterior standard
     deviation: a residual gradient ``g`` along a direction of curvature ``lambda``
     misplaces it by ``g / lambda``, that is ``g / sqrt(lambda)`` standard deviations, and
-    ``lambda >= alpha`` (the prior's precision). So L-BFGS's gradient tolerance is
+    ``lambda >= alpha`` (the prior's precision; a weak intercept prior's is smaller, but an
+    intercept's curvature is the data's, summed over all rows). So L-BFGS's gradient tolerance is
     absolute and loose (scipy's default 1e-5 on a gradient of size O(N) costs several
     times more iterations for no visible gain); the objective's relative tolerance is left
     tight so that it is the gradient that decides. The control variate and the

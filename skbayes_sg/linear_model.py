@@ -1,5 +1,6 @@
 """Bayesian linear models sampled by stochastic-gradient MCMC."""
 
+import tempfile
 from numbers import Real
 
 import numpy as np
@@ -11,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ._classifier import BaseSGBayesClassifier
 from ._estimator import BaseSGBayes, epoch_permutation
 from .models import LinearRegressionModel, LogisticModel, SoftmaxModel
+from .models.glm import _memory_mapped
 
 _COMMON_DOC = """
     sampler : str or sampler instance, default="mccadl"
@@ -110,6 +112,48 @@ _ATTR_DOC = """
         ``batch_size``, ``thin`` and sampler-specific entries."""
 
 
+_GLM_PRIOR_DOC = """
+    alpha : float or array-like of shape {alpha_shapes}, default=1.0
+        Prior precision of the weights: ``coef_[..., j] ~ N(0, {coef_var})``{alpha_units}.
+        A float is the papers' isotropic prior; an array gives each feature its own prior
+        scale ``s_j`` as ``alpha_j = 1 / s_j^2``{alpha_classes} (see :ref:`priors`).
+        Arrays can be searched over in ``GridSearchCV`` like any other value.
+    alpha_intercept : float, default=0.01
+        Prior precision of the intercept{s}, ``N({intercept_mean}, {intercept_var})``: weak
+        by default (sd {intercept_sd}), so that the intercept is not shrunk, as in ``BayesianRidge``
+        and ``LogisticRegression``, yet proper (with separable data a flat intercept gives
+        an improper posterior). ``alpha_intercept=alpha`` gives the papers' prior, the same
+        on every weight. Ignored without ``fit_intercept``.
+    fit_intercept : bool, default=True
+        Whether to fit the intercept{s}."""
+
+
+def _glm_doc(common, **fmt):
+    """The common parameter docs with the GLMs' prior entries (``alpha``, ``alpha_intercept``,
+    ``fit_intercept``) in place of the generic ``alpha`` and ``fit_intercept``."""
+    start, end = common.index("\n    alpha :"), common.index("\n    warm_start :")
+    return common[:start] + _GLM_PRIOR_DOC.format(**fmt) + common[end:]
+
+
+#: Constraints of the GLMs' prior parameters; shapes and values of an array ``alpha`` are
+#: checked by the model, which knows the number of features and classes.
+_GLM_PRIOR_CONSTRAINTS = {
+    "alpha": [Interval(Real, 0, None, closed="neither"), "array-like"],
+    "alpha_intercept": [Interval(Real, 0, None, closed="neither")],
+}
+
+
+def _standardised(y, m, s):
+    """``(y - m) / s``; for a memory-mapped ``y`` in a temporary file, block by block, so
+    that a fit on memory-mapped data keeps no per-row array in memory."""
+    if not _memory_mapped(y):
+        return (y - m) / s
+    out = np.memmap(tempfile.TemporaryFile(), dtype=np.float64, mode="w+", shape=np.shape(y))
+    for start in range(0, out.shape[0], 65536):
+        out[start:start + 65536] = (y[start:start + 65536] - m) / s
+    return out
+
+
 class _SparseInput:
     """Mixin: the GLM operators work on CSR minibatches, so sparse X is accepted."""
 
@@ -123,12 +167,16 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     __doc__ = f"""Bayesian logistic regression sampled by stochastic-gradient MCMC.
 
     Binary labels (any two values) use the logistic likelihood; more than two classes the
-    multinomial softmax likelihood. Every weight and intercept has an isotropic Gaussian
-    prior of precision ``alpha``. ``predict_proba`` is the posterior predictive: the
-    average over draws of each draw's class probabilities.
+    multinomial softmax likelihood. Each weight has a Gaussian prior of precision ``alpha``
+    (one for all, or per feature and class) and each intercept a weak one of precision
+    ``alpha_intercept``. ``predict_proba`` is the posterior predictive: the average over
+    draws of each draw's class probabilities.
 
     Parameters
-    ----------{_COMMON_DOC}
+    ----------{_glm_doc(_COMMON_DOC, alpha_shapes="(n_features,) or (n_classes, n_features)", alpha_units="",
+                        alpha_classes=" (per class too with a 2-d array of ``coef_``'s shape)", s="s",
+                        coef_var="1 / alpha_j", intercept_mean="0", intercept_var="1 / alpha_intercept",
+                        intercept_sd="10")}
 
     Attributes
     ----------
@@ -157,9 +205,12 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     (2, 2)
     """
 
+    _parameter_constraints = {**BaseSGBayesClassifier._parameter_constraints, **_GLM_PRIOR_CONSTRAINTS}
+
     def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in="auto", thin=1, batch_size="auto",
                  batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None, init="map",
-                 alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0):
+                 alpha=1.0, alpha_intercept=0.01, fit_intercept=True, warm_start=False, max_draws="auto",
+                 verbose=0):
         self.sampler = sampler
         self.n_iter = n_iter
         self.burn_in = burn_in
@@ -172,6 +223,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
         self.random_state = random_state
         self.init = init
         self.alpha = alpha
+        self.alpha_intercept = alpha_intercept
         self.fit_intercept = fit_intercept
         self.warm_start = warm_start
         self.max_draws = max_draws
@@ -179,9 +231,10 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
 
     def _build_model(self, X, y):
         if self.classes_.size == 2:
-            return LogisticModel(X, y, alpha=self.alpha, fit_intercept=self.fit_intercept)
+            return LogisticModel(X, y, alpha=self.alpha, alpha_intercept=self.alpha_intercept,
+                                 fit_intercept=self.fit_intercept)
         return SoftmaxModel(X, y, n_classes=self.classes_.size, alpha=self.alpha,
-                            fit_intercept=self.fit_intercept)
+                            alpha_intercept=self.alpha_intercept, fit_intercept=self.fit_intercept)
 
     def _set_posterior_attributes(self, model):
         self.coef_ = self._posterior_mean(self.coef_samples_)
@@ -218,19 +271,42 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
 class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     __doc__ = f"""Bayesian linear regression sampled by stochastic-gradient MCMC.
 
-    ``y = X w + b + e`` with Gaussian noise ``e ~ N(0, 1 / tau)`` and an isotropic Gaussian
-    prior of precision ``alpha`` on ``w`` and ``b``. The noise precision ``tau`` is
-    sampled too (under a Gamma prior, as ``BayesianRidge``) unless held fixed.
+    ``y = X w + b + e`` with Gaussian noise ``e ~ N(0, 1 / tau)``, Gaussian priors on ``w``
+    (precision ``alpha``, one for all or per feature) and a weak one on ``b`` (precision
+    ``alpha_intercept``). The noise precision ``tau`` is sampled too (under a Gamma prior,
+    as ``BayesianRidge``) unless held fixed.
+
+    With ``normalize_y`` (the default), ``y`` is standardised to ``(y - y_mean_) /
+    y_scale_`` before sampling and the priors are stated in those units, as bambi's and
+    rstanarm's default priors are scaled by ``sd(y)``: the posterior is then the same
+    whatever the units of ``y``, up to those units, and the step size and the curvature
+    the sampler adapts to do not depend on them. Everything fitted (``samples_``,
+    ``coef_``, ``intercept_``, ``noise_precision_``, ``predict``, ``sample_y``) is in the
+    units of ``y``. See :ref:`priors`.
 
     Parameters
-    ----------{_COMMON_DOC}
+    ----------{_glm_doc(_COMMON_DOC, alpha_shapes="(n_features,)", s="", alpha_classes="",
+                        coef_var="y_scale_**2 / alpha_j", alpha_units=": ``alpha`` is in units of ``y``'s "
+                        "standardised scale, so ``alpha_j = 1`` is a prior sd of one sd of ``y`` per unit of "
+                        "``x_j``", intercept_mean="y_mean_", intercept_var="y_scale_**2 / alpha_intercept",
+                        intercept_sd="10 sds of ``y``")}
+    normalize_y : bool, default=True
+        Standardise ``y`` (centre it by its mean when ``fit_intercept``, scale it by its sd,
+        or by its root mean square without intercept) and state ``alpha``,
+        ``alpha_intercept`` and the noise prior in those units. ``False`` samples the raw
+        ``y`` with the priors in its units; with ``alpha_intercept=alpha`` this is the
+        papers' prior. With ``warm_start`` or ``partial_fit`` the first call fixes the
+        scaling: later data are expressed in it.
     noise_precision : float or None, default=None
         ``None`` samples ``tau`` (as ``log tau``, with the Jacobian of that change of
-        variables); a positive float holds it fixed.
+        variables); a positive float holds it fixed (in the units of ``y``: ``1 / var`` of
+        the noise).
     noise_prior_shape : float, default=1e-6
         Shape of the Gamma prior on ``tau``.
     noise_prior_rate : float, default=1e-6
-        Rate of the Gamma prior on ``tau``.
+        Rate of the Gamma prior on ``tau``; with ``normalize_y`` the prior is on the
+        standardised noise precision ``tau * y_scale_**2``, so that the default
+        ``Gamma(1e-6, 1e-6)`` is as vague whatever the units of ``y``.
 
     Attributes
     ----------
@@ -242,7 +318,13 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     intercept_samples_ : ndarray of shape (n_draws_total,)
     noise_precision_ : float
         Posterior mean of ``tau`` (the fixed value when held fixed).
-    noise_precision_samples_ : ndarray of shape (n_draws_total,){_ATTR_DOC}
+    noise_precision_samples_ : ndarray of shape (n_draws_total,)
+    y_mean_ : float
+        The centre subtracted from ``y`` before sampling (0.0 without ``normalize_y`` or
+        ``fit_intercept``).
+    y_scale_ : float
+        The scale ``y`` was divided by before sampling (1.0 without ``normalize_y``, or for a
+        constant ``y``).{_ATTR_DOC}
 
     See Also
     --------
@@ -251,15 +333,18 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     Examples
     --------
     >>> from sklearn.datasets import load_diabetes
-    >>> from sklearn.preprocessing import scale
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
     >>> from skbayes_sg import SGBayesLinearRegression
     >>> X, y = load_diabetes(return_X_y=True)
-    >>> reg = SGBayesLinearRegression(random_state=0).fit(scale(X), scale(y))
-    >>> mean, std = reg.predict(scale(X)[:3], return_std=True)
+    >>> reg = make_pipeline(StandardScaler(), SGBayesLinearRegression(random_state=0)).fit(X, y)
+    >>> mean, std = reg.predict(X[:3], return_std=True)
     """
 
     _parameter_constraints = {
         **BaseSGBayes._parameter_constraints,
+        **_GLM_PRIOR_CONSTRAINTS,
+        "normalize_y": ["boolean"],
         "noise_precision": [Interval(Real, 0, None, closed="neither"), None],
         "noise_prior_shape": [Interval(Real, 0, None, closed="neither")],
         "noise_prior_rate": [Interval(Real, 0, None, closed="neither")],
@@ -267,8 +352,8 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
 
     def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in="auto", thin=1, batch_size="auto",
                  batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None, init="map",
-                 alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0,
-                 noise_precision=None, noise_prior_shape=1e-6, noise_prior_rate=1e-6):
+                 alpha=1.0, alpha_intercept=0.01, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0,
+                 normalize_y=True, noise_precision=None, noise_prior_shape=1e-6, noise_prior_rate=1e-6):
         self.sampler = sampler
         self.n_iter = n_iter
         self.burn_in = burn_in
@@ -281,10 +366,12 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         self.random_state = random_state
         self.init = init
         self.alpha = alpha
+        self.alpha_intercept = alpha_intercept
         self.fit_intercept = fit_intercept
         self.warm_start = warm_start
         self.max_draws = max_draws
         self.verbose = verbose
+        self.normalize_y = normalize_y
         self.noise_precision = noise_precision
         self.noise_prior_shape = noise_prior_shape
         self.noise_prior_rate = noise_prior_rate
@@ -304,6 +391,8 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         """
         first = not (self.warm_start and hasattr(self, "samples_"))
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
+        if first or not hasattr(self, "y_scale_"):
+            self._set_target_scaling(y)
         self._seen_X = self._seen_y = None
         if self.batch_scheme == "epochs":
             perm = epoch_permutation(self.random_state, X.shape[0])
@@ -334,14 +423,60 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         """
         first = not hasattr(self, "samples_")
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
+        if first or not hasattr(self, "y_scale_"):
+            self._set_target_scaling(y)
         X_all, y_all = self._accumulate(X, y)
         return self._fit(X_all, y_all, streaming=True)
 
+    def _set_target_scaling(self, y):
+        """Fix ``y_mean_`` and ``y_scale_`` from the targets of a first fit or chunk."""
+        self.y_mean_, self.y_scale_ = 0.0, 1.0
+        if not self.normalize_y:
+            return
+        y = np.asarray(y, dtype=float)  # a non-numeric y fails here with numpy's "could not convert"
+        if self.fit_intercept:
+            self.y_mean_ = float(np.mean(y))
+            scale = float(np.std(y))
+        else:
+            # Without an intercept the model is centred at 0: its scale is y's distance from 0.
+            scale = float(np.sqrt(np.mean(np.square(y))))
+        # A constant y (an sd of 0, or of rounding noise around a large mean) is sampled
+        # centred but unscaled, as StandardScaler leaves constant features.
+        if np.isfinite(scale) and scale > 10 * np.finfo(float).eps * max(1.0, abs(self.y_mean_)):
+            self.y_scale_ = scale
+
     def _build_model(self, X, y):
+        m, s = self.y_mean_, self.y_scale_
+        if m != 0.0 or s != 1.0:
+            y = _standardised(y, m, s)
+        tau = self.noise_precision
         return LinearRegressionModel(
-            X, y, alpha=self.alpha, fit_intercept=self.fit_intercept, noise_precision=self.noise_precision,
+            X, y, alpha=self.alpha, alpha_intercept=self.alpha_intercept, fit_intercept=self.fit_intercept,
+            noise_precision=None if tau is None else tau * s * s,
             noise_prior_shape=self.noise_prior_shape, noise_prior_rate=self.noise_prior_rate,
         )
+
+    def _user_affine(self):
+        m, s = self.y_mean_, self.y_scale_
+        if m == 0.0 and s == 1.0:
+            return None
+        # w = s w~, b = m + s b~, log tau = log tau~ - 2 log s: coordinate by coordinate.
+        D = self.n_features_in_
+        n_w = D + (1 if self.fit_intercept else 0)
+        n_params = n_w + (1 if self.noise_precision is None else 0)
+        scale, shift = np.ones(n_params), np.zeros(n_params)
+        scale[:n_w] = s
+        if self.fit_intercept:
+            shift[D] = m
+        if self.noise_precision is None:
+            shift[-1] = -2.0 * np.log(s)
+        return scale, shift
+
+    def _prediction_model(self, model):
+        model = model.without_data()
+        if self.noise_precision is not None:
+            model.noise_precision = float(self.noise_precision)  # the user's units, as the draws
+        return model
 
     def _set_posterior_attributes(self, model):
         self.coef_ = self._posterior_mean(self.coef_samples_)

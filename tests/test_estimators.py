@@ -159,7 +159,8 @@ def test_predictive_std_matches_exact_posterior_predictive():
     X = rng.normal(size=(200, 2))
     y = X @ [1.0, -2.0] + 0.3 + rng.normal(size=200)
     reg = SGBayesLinearRegression(sampler=SGLD(step_size=2e-4), noise_precision=1.0, batch_size=None,
-                                  n_iter=6000, n_chains=4, random_state=0).fit(X, y)
+                                  n_iter=6000, n_chains=4, random_state=0, normalize_y=False,
+                                  alpha_intercept=1.0).fit(X, y)
     Xa = np.column_stack([X, np.ones(200)])
     S = np.linalg.inv(Xa.T @ Xa + np.eye(3))
     Xq = np.array([[0.0, 0.0], [3.0, -3.0]])

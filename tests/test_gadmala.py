@@ -534,7 +534,7 @@ def test_posterior_at_any_scale_with_sampled_noise():
     mean, sd = sampled_noise_reference(X, y, alpha)
     assert sd[:6].min() < 2e-3 and sd[:6].max() > 50
     reg = SGBayesLinearRegression(sampler="gadmala", batch_size=None, alpha=alpha, n_iter=3000, random_state=0,
-                                  max_draws=None).fit(X, y)
+                                  max_draws=None, normalize_y=False, alpha_intercept=alpha).fit(X, y)
     assert_matches_gaussian(reg.samples_, mean, sd)
     assert reg.diagnostics_["rhat"].max() < 1.01
     assert 0.45 < reg.diagnostics_["acceptance_rate"] < 0.7
@@ -673,7 +673,8 @@ def test_linear_regression_with_sampled_noise_precision():
     model, mean, cov, _ = conjugate_regression(tau=4.0)
     X, y = model.X, model.y
     reg = SGBayesLinearRegression(sampler="gadmala", batch_size=None, noise_precision=4.0, n_iter=4000,
-                                  burn_in=1500, n_chains=4, random_state=1, max_draws=None).fit(X, y)
+                                  burn_in=1500, n_chains=4, random_state=1, max_draws=None,
+                                  normalize_y=False, alpha_intercept=1.0).fit(X, y)
     assert_matches_gaussian(reg.samples_, mean, np.sqrt(np.diag(cov)))
     reg = SGBayesLinearRegression(sampler="gadmala", batch_size=None, n_iter=3000, burn_in=1500,
                                   n_chains=2, random_state=1).fit(X, y)

@@ -58,7 +58,8 @@ def test_estimator_with_mccadl_and_temperature():
     X, y, _, m, S = _linreg_problem(seed=1)
     T = 2.0
     est = SGBayesLinearRegression(sampler=MCCAdL(temperature=T, friction=1.0), noise_precision=1.0,
-                                  n_iter=8000, n_chains=3, batch_size=50, random_state=0, init="map")
+                                  n_iter=8000, n_chains=3, batch_size=50, random_state=0, init="map",
+                                  normalize_y=False, alpha_intercept=1.0)
     est.fit(X, y)
     draws = est.samples_
     flat = draws.reshape(-1, draws.shape[-1])
@@ -174,7 +175,7 @@ def test_far_too_large_step_raises_divergence_error_not_a_numerical_one():
     X = rng.multivariate_normal(np.zeros(P), cov, size=2000)
     y = X @ rng.normal(size=P) + rng.normal(scale=0.5, size=2000)
     reg = SGBayesLinearRegression(sampler=MCCAdL(step_size=0.0178, preconditioner="none"), batch_size=100,
-                                  noise_precision=4.0, gradient="minibatch",
+                                  noise_precision=4.0, gradient="minibatch", normalize_y=False,
                                   fit_intercept=False, n_iter=5000, n_chains=2, random_state=0)
     with pytest.raises(DivergenceError, match="MCCAdL diverged"):
         reg.fit(X, y)

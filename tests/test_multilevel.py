@@ -287,7 +287,7 @@ def test_estimate_starts_at_the_estimators_map_and_a_tighter_map_changes_it_by_f
 def test_estimators_fit_by_mlsgld_with_signed_weights():
     model, mu, S = _gaussian_problem(N=150)
     reg = SGBayesLinearRegression(sampler=MLSGLD(target_rmse=0.2), noise_precision=1.0, batch_size=6,
-                                  random_state=0).fit(model.X, model.y)
+                                  random_state=0, normalize_y=False, alpha_intercept=1.0).fit(model.X, model.y)
     assert reg.samples_.ndim == 3 and reg.samples_.shape[0] == 1
     assert reg.sample_weight_.shape == reg.samples_.shape[:2]
     assert np.isclose(reg.sample_weight_.sum(), 1.0) and (reg.sample_weight_ < 0).any()

@@ -17,10 +17,16 @@ def test_partial_fits_reach_the_posterior_of_all_the_data():
     for chunk in np.array_split(np.arange(1200), 4):
         stream.partial_fit(X[chunk], y[chunk])
     assert stream.n_iter_ == 4 * 3000
-    # The exact conjugate posterior of all 1200 rows.
+    # The exact conjugate posterior of all 1200 rows, under the default priors stated in the
+    # units the first chunk fixed: N(0, 1) on the weights and N(0, 100) on the intercept of
+    # (y - y_mean_) / y_scale_, whose noise precision is y_scale_^2.
+    first = np.array_split(np.arange(1200), 4)[0]
+    m, s = stream.y_mean_, stream.y_scale_
+    assert (m, s) == (pytest.approx(y[first].mean()), pytest.approx(y[first].std()))
     Xa = np.column_stack([X, np.ones(1200)])
-    cov = np.linalg.inv(Xa.T @ Xa + np.eye(4))
-    mean = cov @ Xa.T @ y
+    cov = np.linalg.inv(s**2 * Xa.T @ Xa + np.diag([1.0, 1.0, 1.0, 0.01]))
+    mean = s**2 * cov @ Xa.T @ (y - m) / s
+    mean, cov = s * mean + np.r_[0.0, 0.0, 0.0, m], s**2 * cov
     draws = stream.samples_
     flat = draws.reshape(-1, 4)
     assert np.all(np.abs(flat.mean(0) - mean) < 4.5 * mcse_mean(draws))

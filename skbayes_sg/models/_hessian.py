@@ -18,7 +18,7 @@ with single-vector forms :func:`loglik_hvp` (the proposed ``Model`` method) and 
 matrices :func:`loglik_hessian` / :func:`posterior_hessian` (formed once, at the MAP).
 
 The GLMs of :mod:`skbayes_sg.models.glm` get exact vectorised forms built from their public
-attributes (``X``, ``y``, ``unpack``, ``alpha``, ``fit_intercept``, ``noise_precision``...).
+attributes (``X``, ``y``, ``unpack``, ``prior_precision``, ``fit_intercept``, ``noise_precision``...).
 For a GLM example ``i`` the log likelihood depends on ``theta`` only through the linear
 predictor ``z_i = x_i W + b`` (K,) and extra coordinates ``e`` (linear regression's
 ``s = log tau``), so with ``x~_i = (x_i, 1)``
@@ -327,7 +327,7 @@ def log_prior_grad_paths(model, thetas):
     if k is None:
         return np.stack([model.log_prior_and_grad(t)[1] for t in thetas])
     grad = np.zeros_like(thetas)
-    grad[:, : k.n_w] = -model.alpha * thetas[:, : k.n_w]
+    grad[:, : k.n_w] = thetas[:, : k.n_w] * -model.prior_precision
     if isinstance(model, LinearRegressionModel) and model.noise_precision is None:
         grad[:, -1] = model.noise_prior_shape - model.noise_prior_rate * np.exp(thetas[:, -1])
     return grad
@@ -391,7 +391,7 @@ def posterior_hessian(model, theta):
     k = _kernel(model)
     P = theta.size
     if k is not None:
-        H[np.arange(k.n_w), np.arange(k.n_w)] -= model.alpha
+        H[np.arange(k.n_w), np.arange(k.n_w)] -= model.prior_precision
         if isinstance(model, LinearRegressionModel) and model.noise_precision is None:
             H[-1, -1] -= model.noise_prior_rate * np.exp(theta[-1])
         return H

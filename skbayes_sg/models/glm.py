@@ -4,9 +4,11 @@ Parameter layout (flat ``theta``): the ``D x K`` weight matrix ``W`` row-major, 
 intercepts when ``fit_intercept``, then any extra coordinates (the log noise precision
 of linear regression). ``K = 1`` for binary logistic and linear regression.
 
-Prior: an isotropic Gaussian with precision ``alpha`` on *all* weights, the intercepts
-included, as in the papers (the intercept is not left flat: with separable data a flat
-intercept gives an improper posterior).
+Prior: independent Gaussians ``N(0, 1 / alpha_j)`` on the weights and ``N(0, 1 /
+alpha_intercept)`` on the intercepts. ``alpha`` is a float (isotropic, as in the papers) or
+one precision per feature (per class and feature for several outputs); ``alpha_intercept``
+defaults to ``alpha``, the papers' prior on *all* weights. The intercept is never left flat:
+with separable data a flat intercept gives an improper posterior.
 """
 
 import mmap
@@ -87,6 +89,49 @@ def class_codes(y):
 _SCAN_ELEMENTS = 2**19
 
 
+def prior_precisions(alpha, alpha_intercept, n_features, n_outputs, fit_intercept):
+    """Validate a GLM's prior precisions and lay them out like ``theta``'s weights.
+
+    Returns ``(alpha, alpha_intercept, prior_precision)``: ``alpha`` a float or an array of
+    shape (D,) or (K, D) (the shape of ``coef_``), ``alpha_intercept`` a float (``alpha`` when None),
+    and ``prior_precision`` the precision of each of the first ``D K (+ K)`` coordinates of
+    ``theta``: a float when they all share one (the papers' isotropic prior, whose
+    arithmetic then stays that of a scalar, draw for draw) and an array of that length
+    otherwise.
+
+    Raises
+    ------
+    ValueError
+        If ``alpha`` has another shape, or a precision is not positive and finite.
+    """
+    D, K = n_features, n_outputs
+    a = np.array(alpha, dtype=float)  # a copy: the model's prior must not follow later edits of the caller's
+    if a.ndim == 0:
+        a = float(a)
+    elif a.shape not in ((D,), (K, D)):
+        shapes = f"(n_features,) = ({D},)" + (f" or (n_classes, n_features) = ({K}, {D})" if K > 1 else "")
+        raise ValueError(
+            f"alpha has shape {a.shape}; expected a float (one prior precision for every weight) or an array "
+            f"of shape {shapes}: one precision per feature{' (and class)' if K > 1 else ''}, 1 / s_j^2 for a "
+            "prior sd s_j.")
+    if not (np.all(np.isfinite(a)) and np.all(a > 0)):
+        raise ValueError(f"alpha must hold positive, finite prior precisions; got {alpha!r}.")
+    b = a if alpha_intercept is None else alpha_intercept
+    if np.ndim(b) != 0:
+        raise ValueError(f"alpha_intercept must be a float when alpha is an array; got {alpha_intercept!r}.")
+    b = float(b)
+    if not (np.isfinite(b) and b > 0):
+        raise ValueError(f"alpha_intercept must be a positive, finite precision; got {alpha_intercept!r}.")
+    if np.ndim(a) == 0 and (b == a or not fit_intercept):
+        return a, b, a
+    # theta's weights are W (D, K) row-major: coordinate j K + k is feature j of output k.
+    weights = np.broadcast_to(a.T if np.ndim(a) == 2 else np.reshape(a, (-1, 1)), (D, K)).ravel()
+    if fit_intercept:
+        weights = np.concatenate([weights, np.full(K, b)])
+    weights.flags.writeable = False
+    return a, b, weights
+
+
 class _GLM(Model):
     _data_attributes = ("X", "y", "_row_sq_cache", "_row_weight_cache", "_centre_cache", "_narrow_X")
     _row_sq_cache = None
@@ -100,19 +145,22 @@ class _GLM(Model):
     _centre_cache = None
     _cache_row_norms = True
     _n_extra = 0
+    #: ``-prior_precision`` padded with zeros to P, for a per-coefficient prior's gradient.
+    _negative_precision = None
     #: dtype of the targets the likelihood kernels compute with (``_rows`` converts to it).
     _y_dtype = np.float64
 
-    def __init__(self, X, y, *, alpha=1.0, fit_intercept=True, n_outputs=1):
+    def __init__(self, X, y, *, alpha=1.0, fit_intercept=True, n_outputs=1, alpha_intercept=None):
         self.X = X
         self.y = y
-        self.alpha = float(alpha)
         self.fit_intercept = bool(fit_intercept)
         self.n_features = X.shape[1]
         self.n_outputs = n_outputs
         self.n_samples = X.shape[0]
         K = n_outputs
         self.n_params = self.n_features * K + (K if fit_intercept else 0) + self._n_extra
+        self.alpha, self.alpha_intercept, self.prior_precision = prior_precisions(
+            alpha, alpha_intercept, self.n_features, K, self.fit_intercept)
         # Decided here, on the caller's X: in joblib's process workers X arrives memory-mapped
         # whatever it was, and they should cache as the caller would (see _row_sq_norms).
         self._cache_row_norms = not _memory_mapped(X)
@@ -322,11 +370,21 @@ class _GLM(Model):
     def log_prior_and_grad(self, theta):
         n_w = self.n_params - self._n_extra
         w = theta[:n_w]
-        return -0.5 * self.alpha * float(w @ w), self.grad_log_prior(theta)
+        prec = self.prior_precision
+        lp = -0.5 * prec * float(w @ w) if np.ndim(prec) == 0 else -0.5 * float(w @ (prec * w))
+        return lp, self.grad_log_prior(theta)
 
     def grad_log_prior(self, theta):
-        """Gradient of the log prior: ``-alpha w`` on the weights and intercepts."""
-        grad = theta * -self.alpha
+        """Gradient of the log prior: ``-prior_precision * w`` on the weights and intercepts."""
+        prec = self.prior_precision
+        if np.ndim(prec) == 0:
+            grad = theta * -prec
+        else:
+            # One multiply, as the scalar's: the force of every iteration includes it.
+            neg = self._negative_precision
+            if neg is None or neg.size != theta.size:
+                neg = self._negative_precision = np.concatenate([-prec, np.zeros(self._n_extra)])
+            grad = theta * neg
         if self._n_extra:
             grad[-self._n_extra:] = 0.0
         return grad
@@ -472,7 +530,7 @@ class _GLM(Model):
         """Exact Hessian of the negative log posterior times ``v`` (one pass over the data)."""
         out = -self.loglik_hvp(theta, v)
         n_w = self.n_params - self._n_extra
-        out[:n_w] += self.alpha * v[:n_w]
+        out[:n_w] += self.prior_precision * v[:n_w]
         if self._n_extra:
             out[n_w:] -= self._extra_prior_hvp(theta, v)
         return out
@@ -504,7 +562,7 @@ class _GLM(Model):
             H[j, :] = col
 
     def hessian(self, theta):
-        """Dense Hessian of the negative log posterior, ``X~' diag(w) X~ + alpha I`` for one
+        """Dense Hessian of the negative log posterior, ``X~' diag(w) X~ + diag(prior_precision)`` for one
         output (one pass over row blocks, O(N D^2)), the extra coordinates by products.
         Several outputs fall back on Hessian-vector products."""
         if self.n_outputs != 1:
@@ -526,13 +584,13 @@ class _GLM(Model):
                 H[:D, D] += Xtw
                 H[D, :D] += Xtw
                 H[D, D] += w.sum()
-        H[np.arange(n_w), np.arange(n_w)] += self.alpha
+        H[np.arange(n_w), np.arange(n_w)] += self.prior_precision
         if self._n_extra:
             self._extra_hessian_columns(theta, H)
         return H
 
     def _hessian_multi(self, theta):
-        """Dense Hessian for several outputs: ``sum_i x~_i x~_i' (x) W_i + alpha I``.
+        """Dense Hessian for several outputs: ``sum_i x~_i x~_i' (x) W_i + diag(prior_precision)``.
 
         ``W_i[k, l] = -d^2 loglik_i / dz_k dz_l`` (``s_k (delta_kl - s_l)`` for the softmax);
         with ``x~_i = [x_i, 1]`` the coordinate ``(j, k)`` of ``theta`` is ``j K + k`` for the
@@ -561,11 +619,11 @@ class _GLM(Model):
                     if l != k:
                         H4[:, k, :, l] += A.T
         H = H4.reshape(Dt * K, Dt * K)
-        H[np.diag_indices_from(H)] += self.alpha
+        H[np.diag_indices_from(H)] += self.prior_precision
         return H
 
     def hessian_diagonal(self, theta):
-        """Diagonal of the Hessian, ``sum_i w_ik x_ij^2 + alpha``, O(N D K) over row blocks."""
+        """Diagonal of the Hessian, ``sum_i w_ik x_ij^2 + prior_precision``, O(N D K) over row blocks."""
         D, K, P = self.n_features, self.n_outputs, self.n_params
         n_w = P - self._n_extra
         diag = np.zeros(P)
@@ -575,7 +633,7 @@ class _GLM(Model):
             diag[: D * K] += np.asarray(X2.T @ W).ravel()
             if self.fit_intercept:
                 diag[D * K: D * K + K] += W.sum(axis=0)
-        diag[:n_w] += self.alpha
+        diag[:n_w] += self.prior_precision
         for j in range(n_w, P):
             e = np.zeros(P)
             e[j] = 1.0
@@ -613,7 +671,7 @@ class LogisticModel(_GLM):
     """Bayesian binary logistic regression.
 
     ``p(y_i = 1 | x_i, w, b) = sigmoid(x_i . w + b)`` with labels encoded as 0 / 1 and an
-    isotropic Gaussian prior ``N(0, alpha^-1 I)`` on ``w`` and ``b`` (intercept included).
+    Gaussian prior ``N(0, 1 / alpha_j)`` on each weight and ``N(0, 1 / alpha_intercept)`` on ``b``.
     The log likelihood ``y z - log(1 + e^z)`` is evaluated with a stable log-sigmoid.
 
     Parameters
@@ -622,16 +680,19 @@ class LogisticModel(_GLM):
     y : array of shape (N,) with values in {0, 1}
         Kept as given if of an integer or boolean dtype (the compact codes of the
         classifiers), else as float64.
-    alpha : float, default=1.0
-        Prior precision of every weight and the intercept.
+    alpha : float or array of shape (D,), default=1.0
+        Prior precision of the weights: one for all, or one per feature.
+    alpha_intercept : float or None, default=None
+        Prior precision of the intercept; None gives it ``alpha`` (a float), the papers' prior.
     fit_intercept : bool, default=True
     """
 
-    def __init__(self, X, y, *, alpha=1.0, fit_intercept=True):
+    def __init__(self, X, y, *, alpha=1.0, fit_intercept=True, alpha_intercept=None):
         if y is not None:
             y = np.asarray(y)
             y = y if y.dtype.kind in "biu" else y.astype(np.float64)
-        super().__init__(X, y, alpha=alpha, fit_intercept=fit_intercept, n_outputs=1)
+        super().__init__(X, y, alpha=alpha, fit_intercept=fit_intercept, n_outputs=1,
+                         alpha_intercept=alpha_intercept)
 
     def _residuals(self, Z, y):
         return (y - expit(Z[:, 0]))[:, None]
@@ -673,8 +734,9 @@ class SoftmaxModel(_GLM):
 
     ``p(y_i = k | x_i) = softmax(x_i W + b)_k``, with the over-complete parametrisation of
     one weight vector per class (identified by the prior, as in scikit-learn's
-    multinomial ``LogisticRegression``) and an isotropic Gaussian prior of precision
-    ``alpha`` on every weight and intercept. Stable log-sum-exp.
+    multinomial ``LogisticRegression``) and independent Gaussian priors of precision
+    ``alpha`` (per class and feature, or one for all) on the weights and ``alpha_intercept``
+    on the intercepts. Stable log-sum-exp.
 
     Parameters
     ----------
@@ -682,14 +744,18 @@ class SoftmaxModel(_GLM):
     y : array of shape (N,) of integer class codes 0..K-1
         Kept in its integer dtype (the classifiers' codes are one byte a row).
     n_classes : int
-    alpha : float, default=1.0
+    alpha : float or array of shape (D,) or (K, D), default=1.0
+        Prior precision of the weights: one for all, or one per feature (and class: the shape of ``coef_``).
+    alpha_intercept : float or None, default=None
+        Prior precision of the intercepts; None gives it ``alpha`` (a float), the papers' prior.
     fit_intercept : bool, default=True
     """
 
     _y_dtype = np.intp
 
-    def __init__(self, X, y, *, n_classes, alpha=1.0, fit_intercept=True):
-        super().__init__(X, class_codes(y), alpha=alpha, fit_intercept=fit_intercept, n_outputs=int(n_classes))
+    def __init__(self, X, y, *, n_classes, alpha=1.0, fit_intercept=True, alpha_intercept=None):
+        super().__init__(X, class_codes(y), alpha=alpha, fit_intercept=fit_intercept, n_outputs=int(n_classes),
+                         alpha_intercept=alpha_intercept)
 
     def _residuals(self, Z, y):
         R = -softmax(Z, axis=1)
@@ -717,8 +783,8 @@ class SoftmaxModel(_GLM):
 class LinearRegressionModel(_GLM):
     """Bayesian linear regression with Gaussian noise.
 
-    ``y_i ~ N(x_i . w + b, 1 / tau)``, prior ``N(0, alpha^-1 I)`` on ``w`` and ``b``
-    (intercept included). With ``noise_precision`` a float, ``tau`` is held fixed. With
+    ``y_i ~ N(x_i . w + b, 1 / tau)``, priors ``N(0, 1 / alpha_j)`` on the weights and
+    ``N(0, 1 / alpha_intercept)`` on ``b``. With ``noise_precision`` a float, ``tau`` is held fixed. With
     ``noise_precision=None`` the last coordinate of ``theta`` is ``s = log tau``, with
     ``tau ~ Gamma(noise_prior_shape, noise_prior_rate)``; the change of variables adds the
     Jacobian ``log |d tau / d s| = s``, so the prior on ``s`` is
@@ -728,7 +794,10 @@ class LinearRegressionModel(_GLM):
     ----------
     X : array of shape (N, D)
     y : array of shape (N,)
-    alpha : float, default=1.0
+    alpha : float or array of shape (D,), default=1.0
+        Prior precision of the weights: one for all, or one per feature.
+    alpha_intercept : float or None, default=None
+        Prior precision of the intercept; None gives it ``alpha`` (a float), the papers' prior.
     fit_intercept : bool, default=True
     noise_precision : float or None, default=None
     noise_prior_shape, noise_prior_rate : float, default=1e-6
@@ -736,13 +805,13 @@ class LinearRegressionModel(_GLM):
     """
 
     def __init__(self, X, y, *, alpha=1.0, fit_intercept=True, noise_precision=None,
-                 noise_prior_shape=1e-6, noise_prior_rate=1e-6):
+                 noise_prior_shape=1e-6, noise_prior_rate=1e-6, alpha_intercept=None):
         self.noise_precision = None if noise_precision is None else float(noise_precision)
         self.noise_prior_shape = float(noise_prior_shape)
         self.noise_prior_rate = float(noise_prior_rate)
         self._n_extra = 0 if noise_precision is not None else 1
         super().__init__(X, None if y is None else np.asarray(y, dtype=float), alpha=alpha,
-                         fit_intercept=fit_intercept, n_outputs=1)
+                         fit_intercept=fit_intercept, n_outputs=1, alpha_intercept=alpha_intercept)
 
     def _extra_names(self):
         return ["log_noise_precision"] if self.noise_precision is None else []
@@ -760,8 +829,16 @@ class LinearRegressionModel(_GLM):
             s = theta[-1]
             a, b = self.noise_prior_shape, self.noise_prior_rate
             lp += a * s - b * np.exp(s)
-            grad[-1] = a - b * np.exp(s)
         return lp, grad
+
+    def grad_log_prior(self, theta):
+        """Gradient of the log prior: the weights' Gaussian and, when ``tau`` is sampled, the
+        Gamma prior on ``s = log tau`` (``a - b e^s``), which the SG samplers' force adds at
+        every iteration."""
+        grad = super().grad_log_prior(theta)
+        if self.noise_precision is None:
+            grad[-1] = self.noise_prior_shape - self.noise_prior_rate * np.exp(theta[-1])
+        return grad
 
     def _terms(self, theta, X, y):
         tau = self.tau(theta)
