@@ -6,9 +6,9 @@ import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from ._classifier import BaseSGBayesClassifier
+from ._classifier import CLASS_WEIGHT_DOC, BaseSGBayesClassifier
 from ._estimator import BaseSGBayes, epoch_permutation
 from .models import LinearRegressionModel, LogisticModel, SoftmaxModel
 
@@ -128,7 +128,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     average over draws of each draw's class probabilities.
 
     Parameters
-    ----------{_COMMON_DOC}
+    ----------{_COMMON_DOC}{CLASS_WEIGHT_DOC}
 
     Attributes
     ----------
@@ -159,7 +159,8 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
 
     def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in="auto", thin=1, batch_size="auto",
                  batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None, init="map",
-                 alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0):
+                 alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0,
+                 class_weight=None):
         self.sampler = sampler
         self.n_iter = n_iter
         self.burn_in = burn_in
@@ -176,6 +177,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
         self.warm_start = warm_start
         self.max_draws = max_draws
         self.verbose = verbose
+        self.class_weight = class_weight
 
     def _build_model(self, X, y):
         if self.classes_.size == 2:
@@ -290,13 +292,21 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         self.noise_prior_rate = noise_prior_rate
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Sample the posterior of the weights (and noise precision) given training data.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Likelihood weights: row ``i``'s Gaussian log likelihood is multiplied by
+            ``w_i``, which is the same as giving it the noise precision ``w_i tau``
+            (``y_i ~ N(x_i w + b, 1 / (w_i tau))``), so an integer weight counts a row that
+            many times and a weight of 0 drops it. When ``tau`` is sampled its conditional
+            posterior is ``Gamma(a + sum(w) / 2, b + sum_i w_i r_i^2 / 2)``: ``sum(w)`` takes
+            the place of ``n_samples``. None means all ones. Must be non-negative, and not
+            all zero. See :ref:`sample-weights`.
 
         Returns
         -------
@@ -304,14 +314,17 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         """
         first = not (self.warm_start and hasattr(self, "samples_"))
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
         self._seen_X = self._seen_y = None
         if self.batch_scheme == "epochs":
             perm = epoch_permutation(self.random_state, X.shape[0])
             X, y = X[perm], y[perm]
-        return self._fit(X, y)
+            sample_weight = None if sample_weight is None else sample_weight[perm]
+        return self._fit(X, y, sample_weight=sample_weight)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y):
+    def partial_fit(self, X, y, sample_weight=None):
         """Continue the chains on a new chunk of data (online Bayesian learning).
 
         Each call targets the posterior given *all the data seen so far*: the chains
@@ -327,6 +340,9 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         ----------
         X : array-like or sparse matrix of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Likelihood weights of this chunk's rows, as in :meth:`fit` (kept with the data
+            seen; chunks without weights count their rows once). See :ref:`sample-weights`.
 
         Returns
         -------
@@ -334,8 +350,11 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         """
         first = not hasattr(self, "samples_")
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
-        X_all, y_all = self._accumulate(X, y)
-        return self._fit(X_all, y_all, streaming=True)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True,
+                                                 allow_all_zero_weights=True)
+        X_all, y_all, w_all = self._accumulate(X, y, sample_weight)
+        return self._fit(X_all, y_all, streaming=True, sample_weight=w_all)
 
     def _build_model(self, X, y):
         return LinearRegressionModel(
