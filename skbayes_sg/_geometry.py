@@ -194,6 +194,16 @@ def noise_probe(chain_model, geometry, batch_size, batch_scheme="replacement", s
     rng = np.random.default_rng(seed)
     N, P = chain_model.n_samples, chain_model.n_params
     m = min(N, max(PROBE_ROWS, 4 * batch_size))
+    probs = geometry.row_probabilities
+    if m == N and probs is not None:
+        if getattr(getattr(chain_model, "model", chain_model), "sample_weight", None) is not None:
+            # All N rows once would measure the noise of uniformly drawn rows; the chains draw
+            # them in proportion to the weights, whose noise is several times lower on
+            # skewed weights (4x on the weighted conjugate test's data): draw the probe's
+            # rows from the chains' distribution, more of them than N.
+            m = max(PROBE_ROWS, 4 * batch_size)
+        else:
+            probs = None  # the unweighted fits' probe, unchanged (every row once)
     chains = MinibatchGradient(chain_model, batch_size, batch_scheme)
     if chains.noise_scale == 0.0:
         return None
@@ -204,9 +214,8 @@ def noise_probe(chain_model, geometry, batch_size, batch_scheme="replacement", s
         point = geometry.theta_map + rng.standard_normal(P) / np.sqrt(np.maximum(d, 1e-300))
     if geometry.gradient == "control_variate":
         centre = Geometry.to_chain(chain_model, geometry.theta_map)
-        probe = ControlVariateGradient(chain_model, m, "replacement", centre, np.zeros(P),
-                                       geometry.row_probabilities)
+        probe = ControlVariateGradient(chain_model, m, "replacement", centre, np.zeros(P), probs)
     else:
-        probe = MinibatchGradient(chain_model, m, "replacement", row_probabilities=geometry.row_probabilities)
+        probe = MinibatchGradient(chain_model, m, "replacement", row_probabilities=probs)
     grads = probe.noise_gradients(point, rng)
     return largest_noise_eigenvalue(grads, chains.noise_scale)

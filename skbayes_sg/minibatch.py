@@ -110,7 +110,8 @@ class MinibatchGradient:
         self.model = model
         self.n_samples = N = model.n_samples
         self.n_params = model.n_params
-        self.full = batch_size is None or batch_size >= N
+        # Rows drawn from a distribution are a sample even when there are more than N of them.
+        self.full = batch_size is None or (batch_size >= N and row_probabilities is None)
         self.batch_size = N if self.full else int(batch_size)
         self.scheme = scheme
         self.n_grad_evals = 0
