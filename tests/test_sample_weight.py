@@ -182,7 +182,7 @@ def _weighted_conjugate(N=400, tau=2.0, alpha=1.0, seed=3):
 @pytest.mark.statistical
 @pytest.mark.parametrize("setting", [
     {"batch_size": 200, "gradient": "minibatch"},
-    {"batch_size": 40, "gradient": "control_variate"},
+    {"batch_size": 40, "gradient": "control_variate", "n_iter": 3000},
     {"batch_size": 200, "gradient": "minibatch", "batch_scheme": "epochs"},
     {"batch_size": None, "sampler": "gadmala"},
 ], ids=["minibatch", "control_variate", "epochs", "gadmala"])
@@ -191,7 +191,7 @@ def test_sampler_matches_the_weighted_conjugate_posterior(setting):
     proportion to the weights, leverage-sampled control variates, reweighted epochs and
     the full-data gadMALA."""
     X, y, w, mean, sd = _weighted_conjugate()
-    reg = SGBayesLinearRegression(noise_precision=2.0, n_iter=4000, random_state=0, **setting)
+    reg = SGBayesLinearRegression(**{"noise_precision": 2.0, "n_iter": 4000, "random_state": 0, **setting})
     reg.fit(X, y, sample_weight=w)
     assert_matches_gaussian(reg.samples_, mean, sd)
 
@@ -205,7 +205,7 @@ def test_partial_fit_weights_match_the_weighted_conjugate_posterior():
     Xa = np.column_stack([X, np.ones(X.shape[0])])
     cov = np.linalg.inv(2.0 * Xa.T @ (w_seen[:, None] * Xa) + np.eye(4))
     mean = 2.0 * cov @ Xa.T @ (w_seen * y)
-    reg = SGBayesLinearRegression(noise_precision=2.0, n_iter=2000, batch_size=40, random_state=0)
+    reg = SGBayesLinearRegression(noise_precision=2.0, n_iter=1500, batch_size=40, random_state=0)
     reg.partial_fit(X[:half], y[:half]).partial_fit(X[half:], y[half:], sample_weight=w[half:])
     assert_matches_gaussian(reg.samples_, mean, np.sqrt(np.diag(cov)))
 
@@ -330,3 +330,59 @@ def test_partial_fit_rejects_weights_that_leave_no_data():
     X, y = _imbalanced(n=40)
     with pytest.raises(ValueError, match="zero for every row"):
         SGBayesLinearRegression(n_iter=10).partial_fit(X, X[:, 0], sample_weight=np.zeros(40))
+
+
+def _sampled_noise_posterior(X, y, w, alpha=1.0, a=1e-6, b=1e-6):
+    """Exact means and sds of ``(coef, intercept, s = log tau)`` of weighted linear regression
+    with the noise precision sampled: conditionally on ``tau`` the weights are conjugate
+    (``N(m(tau), S(tau))`` with ``Xa' W Xa``, ``Xa' W y``), and the marginal of ``s`` is
+    ``(sum(w) / 2 + a) s - tau (y' W y) / 2 + tau^2 c' A^-1 c / 2 - log|A| / 2 - b tau``,
+    ``A = alpha I + tau Xa' W Xa``, integrated on a fine grid in ``s``."""
+    Xa = np.column_stack([X, np.ones(X.shape[0])])
+    G, c, yy = Xa.T @ (w[:, None] * Xa), Xa.T @ (w * y), float(w @ (y * y))
+    lam, U = np.linalg.eigh(G)
+    r = U.T @ c
+    grid = np.linspace(-4.0, 4.0, 8001)
+    tau = np.exp(grid)[:, None]
+    d = alpha + tau * lam
+    logp = ((0.5 * w.sum() + a) * grid - 0.5 * tau[:, 0] * yy + 0.5 * tau[:, 0] ** 2 * np.sum(r ** 2 / d, axis=1)
+            - 0.5 * np.log(d).sum(axis=1) - b * tau[:, 0])
+    p = np.exp(logp - logp.max())
+    p /= p.sum()
+    assert max(p[0], p[-1]) < 1e-12  # the grid covers the posterior of s
+    m = (tau * r / d) @ U.T
+    var = (1.0 / d) @ (U.T ** 2)
+    mean = p @ m
+    sd = np.sqrt(p @ (var + m ** 2) - mean ** 2)
+    s_mean = p @ grid
+    return np.append(mean, s_mean), np.append(sd, np.sqrt(p @ (grid - s_mean) ** 2))
+
+
+@pytest.mark.statistical
+def test_sampled_noise_precision_uses_the_sum_of_the_weights():
+    """With ``tau`` sampled, weights multiply each row's precision and ``sum(w)`` replaces N:
+    means and sds of the weights and of ``log tau`` within Z_MAX MCSE of the quadrature
+    (full-data gadMALA; the minibatch terms of ``log tau`` are checked exactly against
+    duplicated rows above)."""
+    X, y, w, _, _ = _weighted_conjugate()
+    mean, sd = _sampled_noise_posterior(X, y, w)
+    reg = SGBayesLinearRegression(n_iter=3000, batch_size=None, sampler="gadmala", random_state=0)
+    reg.fit(X, y, sample_weight=w)
+    assert_matches_gaussian(reg.samples_, mean, sd)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_drbm_operator_scales_its_rows(dtype):
+    """The DRBM's importance-sampled minibatches scale its structured operator row by row."""
+    rng, X, _ = _data()
+    model = DRBMModel(X, rng.integers(0, 3, N), n_classes=3, n_hidden=4, operator_dtype=dtype, random_state=0)
+    theta = 0.3 * rng.standard_normal(model.n_params)
+    c = rng.uniform(0.0, 3.0, N)
+    dense = c[:, None] * model.per_example_gradients(theta, np.arange(N)).to_dense()
+    ops = model.per_example_gradients(theta, np.arange(N)).scale_rows(c)
+    v, u = rng.standard_normal(model.n_params), rng.standard_normal(N)
+    tol = dict(rtol=1e-10, atol=1e-12) if dtype == "float64" else dict(rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ops.mean(), dense.mean(axis=0), **tol)
+    np.testing.assert_allclose(ops.matvec(v), dense @ v, **tol)
+    np.testing.assert_allclose(ops.rmatvec(u), dense.T @ u, **tol)
+    np.testing.assert_allclose(ops.sum_of_squares(), (dense ** 2).sum(axis=0), **tol)
