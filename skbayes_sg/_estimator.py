@@ -257,7 +257,10 @@ class BaseSGBayes(BaseEstimator):
             # The chains continue in the coordinates they ran in (any fixed preconditioner
             # and control-variate centre stay valid as the data grow; g_hat is recomputed).
             geometry = self._geometry
-            if streaming:
+            if streaming or model.sample_weight is not None or geometry.row_probabilities is not None:
+                # The rows' probabilities belong to the data and weights of this call (a warm
+                # start may bring other weights, whose positive rows must all be drawable);
+                # recomputed from the same data and weights they are the same, bit for bit.
                 geometry = geometry.for_data(model)
             chain_model = geometry.chain_model(model)
             starts, step_size, info = self._chain_states, None, {}

@@ -386,3 +386,14 @@ def test_drbm_operator_scales_its_rows(dtype):
     np.testing.assert_allclose(ops.matvec(v), dense @ v, **tol)
     np.testing.assert_allclose(ops.rmatvec(u), dense.T @ u, **tol)
     np.testing.assert_allclose(ops.sum_of_squares(), (dense ** 2).sum(axis=0), **tol)
+
+
+def test_warm_start_with_other_weights_redraws_the_row_probabilities():
+    """Rows of zero weight in the first fit are never drawn there; a continuation without
+    weights must be able to draw them (else its force would be biased)."""
+    X, y, w, _, _ = _weighted_conjugate(N=200)
+    reg = SGBayesLinearRegression(n_iter=100, n_chains=2, batch_size=40, warm_start=True, random_state=0)
+    reg.fit(X, y, sample_weight=w)
+    assert np.any(reg._geometry.row_probabilities.p == 0)
+    reg.fit(X, y)
+    assert np.all(reg._geometry.row_probabilities.p > 0)
