@@ -159,7 +159,7 @@ class DRBMPerExampleGradients(PerExampleGradients):
         """Mean gradient ``(1/n) sum_i g_i``, shape (P,); cached (samplers ask more than once)."""
         if self._mean is None:
             n = self.n_batch
-            A_sum = self._A_sum if self._A_sum is not None else self._A2.sum(axis=0)
+            A_sum = self._A_sum if self._A_sum is not None else self._A2.sum(axis=0, dtype=np.float64)
             self._mean = self._join(_xt_dot(self.X, self.a), A_sum, self.a.sum(axis=0), self.r.sum(axis=0))
             self._mean /= n
         return self._mean.copy()
@@ -205,7 +205,8 @@ class DRBMPerExampleGradients(PerExampleGradients):
 
     def scale_rows(self, c):
         """The operator of the rows ``c_i g_i`` (importance-sampled minibatches), in place:
-        every factor of ``g_i`` (``A_i``, ``a_i``, ``r_i``) is linear in ``r_i``."""
+        every factor of ``g_i`` (``A_i``, ``a_i``, ``r_i``) is linear in ``r_i``. The U-part
+        of :meth:`mean` is then summed (in double) from the stored, scaled ``A``."""
         c = np.asarray(c, dtype=float)
         self.A *= c.astype(self.A.dtype)[:, None, None]
         self.a *= c[:, None]
