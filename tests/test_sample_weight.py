@@ -397,3 +397,12 @@ def test_warm_start_with_other_weights_redraws_the_row_probabilities():
     assert np.any(reg._geometry.row_probabilities.p == 0)
     reg.fit(X, y)
     assert np.all(reg._geometry.row_probabilities.p > 0)
+
+
+def test_a_model_that_ignores_weights_refuses_them():
+    from skbayes_sg.models.normal_gamma import NormalGammaModel
+
+    model = NormalGammaModel(np.arange(5.0))
+    model.set_sample_weight(np.ones(5))  # all ones: unweighted, accepted
+    with pytest.raises(NotImplementedError, match="does not support sample weights"):
+        model.set_sample_weight(np.arange(5.0))

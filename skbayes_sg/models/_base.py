@@ -69,6 +69,8 @@ class Model:
     #: ``sum_i w_i log p(y_i | x_i, theta)`` in every full-data, minibatch, per-example and
     #: curvature evaluation (see :meth:`set_sample_weight`).
     sample_weight = None
+    #: Whether the likelihood evaluations of this model apply ``sample_weight``.
+    _supports_sample_weight = False
 
     def set_sample_weight(self, sample_weight):
         """Weight each row's log likelihood: ``sum_i w_i log p(y_i | x_i, theta)``.
@@ -88,8 +90,17 @@ class Model:
         Returns
         -------
         self : Model
+
+        Raises
+        ------
+        NotImplementedError
+            For a model whose likelihood does not apply weights (weights other than all
+            ones would be silently ignored).
         """
-        self.sample_weight = check_row_weights(sample_weight, self.n_samples)
+        w = check_row_weights(sample_weight, self.n_samples)
+        if w is not None and not self._supports_sample_weight:
+            raise NotImplementedError(f"{type(self).__name__} does not support sample weights.")
+        self.sample_weight = w
         return self
 
     def _weights_of(self, idx):

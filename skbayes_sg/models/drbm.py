@@ -281,6 +281,7 @@ class DRBMModel(Model):
     """
 
     _data_attributes = ("X", "y", "sample_weight")
+    _supports_sample_weight = True
 
     def __init__(self, X, y, *, n_classes, n_hidden=100, alpha=1.0, fit_intercept=True, init_scale=0.1,
                  operator_dtype="float32", random_state=None):

@@ -100,6 +100,7 @@ def _weigh(w, R, extra=None):
 class _GLM(Model):
     _data_attributes = ("X", "y", "_row_sq_cache", "_row_weight_cache", "_centre_cache", "_narrow_X",
                         "sample_weight")
+    _supports_sample_weight = True
     _row_sq_cache = None
     _row_weight_cache = None
     #: One-byte copy of X that minibatches gather from (see :meth:`_gather_source`); False
