@@ -78,17 +78,21 @@ class ChainRunner:
         Centre of the control-variate gradient estimator and the full-data log-likelihood
         gradient there (:class:`~.minibatch.ControlVariateGradient`); None for plain
         minibatch gradients.
+    row_probabilities : RowDistribution, optional
+        Importance-sampling distribution of the plain minibatches' rows (the likelihood
+        weights of a weighted fit, see :func:`skbayes_sg._geometry.row_distribution`);
+        None draws them uniformly.
 
     The chain runs in the model's coordinates; a model with a ``to_theta`` map (a
     :class:`~.models.WhitenedModel`) has its draws stored in ``theta``.
     """
 
     def __init__(self, sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                 seed, step_size=None, control_variate=None):
+                 seed, step_size=None, control_variate=None, row_probabilities=None):
         self.sampler = sampler
         self.rng = np.random.default_rng(seed)
         if control_variate is None:
-            self.target = MinibatchGradient(model, batch_size, batch_scheme)
+            self.target = MinibatchGradient(model, batch_size, batch_scheme, row_probabilities)
         else:
             self.target = ControlVariateGradient(model, batch_size, batch_scheme, *control_variate)
         if hasattr(start, "theta"):
@@ -231,11 +235,11 @@ def _advance(runner, model, n_steps):
 
 
 def start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme, seeds,
-                 step_size=None, control_variate=None):
+                 step_size=None, control_variate=None, row_probabilities=None):
     """One :class:`ChainRunner` per start, not yet advanced (the model is detached from
     them: :func:`advance_chains` passes it to each task)."""
     runners = [ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                           seed, step_size, control_variate) for start, seed in zip(starts, seeds)]
+                           seed, step_size, control_variate, row_probabilities) for start, seed in zip(starts, seeds)]
     for r in runners:
         r.target.model = None
     return runners

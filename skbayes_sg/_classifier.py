@@ -4,8 +4,10 @@ import warnings
 
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import StrOptions
+from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from ._estimator import BaseSGBayes, epoch_permutation
 
@@ -15,6 +17,19 @@ from ._estimator import BaseSGBayes, epoch_permutation
 #: a fit growing with N; by blocks the transient memory is O(block) and what is kept is
 #: the codes, one byte a row for fewer than 256 classes.
 _LABEL_BLOCK = 2**16
+
+
+#: Docstring of the classifiers' ``class_weight`` parameter.
+CLASS_WEIGHT_DOC = """
+    class_weight : dict, "balanced" or None, default=None
+        Likelihood weights by class, as in ``LogisticRegression``: the log likelihood of a
+        row of class ``k`` is multiplied by ``class_weight[k]`` (classes missing from the
+        dict weigh 1), and by its ``sample_weight`` when ``fit`` is given one.
+        ``"balanced"`` weighs class ``k`` by ``n_samples / (n_classes * n_k)``, with ``n_k``
+        the class's (sample-weighted) count. In ``partial_fit`` the balanced weights are
+        computed over all the data seen so far, and recomputed with every chunk (the
+        estimator keeps the data seen, so the posterior is that of ``fit`` on all of it);
+        ``n_classes`` counts the classes seen so far. See :ref:`sample-weights`."""
 
 
 def _label_blocks(n):
@@ -87,8 +102,13 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
     ``_set_posterior_attributes``.
     """
 
+    _parameter_constraints = {
+        **BaseSGBayes._parameter_constraints,
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+    }
+
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Sample the posterior of the parameters given training data.
 
         Parameters
@@ -96,6 +116,12 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
             Class labels: any two or more distinct values.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Likelihood weights: the posterior is
+            ``p(theta) prod_i p(y_i | x_i, theta)^{w_i}``, so an integer weight counts a
+            row that many times and a weight of 0 drops it; multiplied by the
+            ``class_weight`` of the row's class. None means all ones. Must be
+            non-negative, and not all zero. See :ref:`sample-weights`.
 
         Returns
         -------
@@ -116,14 +142,39 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
             )
         self.classes_ = classes
         y_enc = _encode_labels(y, classes)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        sample_weight = self._with_class_weight(y_enc, sample_weight)
         self._seen_X = self._seen_y = None
         if self.batch_scheme == "epochs":
             perm = epoch_permutation(self.random_state, X.shape[0])
             X, y_enc = X[perm], y_enc[perm]
-        return self._fit(X, y_enc)
+            sample_weight = None if sample_weight is None else sample_weight[perm]
+        return self._fit(X, y_enc, sample_weight=sample_weight)
+
+    def _with_class_weight(self, codes, sample_weight):
+        """Per-row likelihood weights: ``sample_weight`` (None: ones) times the
+        ``class_weight`` of each row's class (code), or None when both are absent.
+
+        ``"balanced"`` is scikit-learn's (``compute_class_weight`` with the sample weights)
+        over the classes present in ``codes``: in ``fit`` all of ``classes_``, in
+        ``partial_fit`` those of the data seen so far.
+        """
+        class_weight = getattr(self, "class_weight", None)
+        if class_weight is None:
+            return sample_weight
+        if isinstance(class_weight, str):
+            present = np.unique(codes)
+            per_class = np.zeros(self.classes_.size)
+            per_class[present] = compute_class_weight(class_weight, classes=present, y=codes,
+                                                      sample_weight=sample_weight)
+        else:
+            per_class = compute_class_weight(class_weight, classes=self.classes_, y=self.classes_)
+        weights = per_class[codes]
+        return weights if sample_weight is None else weights * sample_weight
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y, classes=None):
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
         """Continue the chains on a new chunk of data (online Bayesian learning).
 
         Each call targets the posterior given *all the data seen so far* (the chunks of
@@ -143,6 +194,9 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         classes : array-like of shape (n_classes,), default=None
             Every class that can appear; required on the first call (a chunk may not show
             them all), ignored afterwards.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Likelihood weights of this chunk's rows, as in :meth:`fit` (kept with the data
+            seen; chunks without weights count their rows once). See :ref:`sample-weights`.
 
         Returns
         -------
@@ -158,8 +212,11 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
             self.classes_ = np.unique(classes)
             if self.classes_.size < 2:
                 raise ValueError(f"{type(self).__name__} needs at least 2 classes; got classes={classes!r}.")
-        X_all, y_all = self._accumulate(X, _encode_labels(y, self.classes_, check_known=True))
-        return self._fit(X_all, y_all, streaming=True)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True,
+                                                 allow_all_zero_weights=True)
+        X_all, y_all, w_all = self._accumulate(X, _encode_labels(y, self.classes_, check_known=True), sample_weight)
+        return self._fit(X_all, y_all, streaming=True, sample_weight=self._with_class_weight(y_all, w_all))
 
     def _observed_targets(self):
         return self.classes_[self._observed_y]

@@ -250,15 +250,18 @@ class BaseSGBayes(BaseEstimator):
     # processes, CI) oversubscribed threads made the MAP 10x slower (benchmarks/fit_time.py),
     # and one thread makes it bit-identical on any machine.
     @threadpool_limits.wrap(limits=1, user_api="blas")
-    def _fit(self, X, y, streaming=False):
+    def _fit(self, X, y, streaming=False, sample_weight=None):
         """Run the chains on validated ``X``, encoded ``y``; set the fitted attributes.
 
         ``streaming`` (``partial_fit``): continue the chains, when there are any, on the
         data seen so far, re-resolving an ``"auto"`` step size for the grown N, and keep
         only this call's draws (they alone target the current posterior).
+        ``sample_weight``: validated per-row likelihood weights (None: all ones).
         """
         sampler = get_sampler(self.sampler)
         model = self._build_model(X, y)
+        if sample_weight is not None:
+            model.set_sample_weight(sample_weight)
         batch_size = self._batch_size(sampler, model.n_samples, model.n_params)
         if getattr(sampler, "is_multilevel", False):
             if streaming:
@@ -274,7 +277,10 @@ class BaseSGBayes(BaseEstimator):
             # The chains continue in the coordinates they ran in (any fixed preconditioner
             # and control-variate centre stay valid as the data grow; g_hat is recomputed).
             geometry = self._geometry
-            if streaming:
+            if streaming or model.sample_weight is not None or geometry.row_probabilities is not None:
+                # The rows' probabilities belong to the data and weights of this call (a warm
+                # start may bring other weights, whose positive rows must all be drawable);
+                # recomputed from the same data and weights they are the same, bit for bit.
                 geometry = geometry.for_data(model)
             chain_model = geometry.chain_model(model)
             starts, step_size, info = self._chain_states, None, {}
@@ -324,7 +330,8 @@ class BaseSGBayes(BaseEstimator):
         info = {**info, "gradient": geometry.gradient, "preconditioner": geometry.preconditioner}
 
         results, summary, blocks = self._run(sampler, chain_model, starts, first, burn_in, max_draws, batch_size,
-                                             step_size, fit_round, control_variate)
+                                             step_size, fit_round, control_variate,
+                                             geometry.row_probabilities if control_variate is None else None)
         eff_thin, n_run = blocks[-1].eff_thin, blocks[-1].n_iter
         if self.n_iter == "auto":
             info["n_iter_blocks"] = [b.n_iter for b in blocks]
@@ -369,7 +376,7 @@ class BaseSGBayes(BaseEstimator):
         return self
 
     def _run(self, sampler, chain_model, starts, first, burn_in, max_draws, batch_size, step_size, fit_round,
-             control_variate):
+             control_variate, row_probabilities=None):
         """Run the chains for the ``first`` schedule, and with ``n_iter="auto"`` in further
         blocks until they converge (``burn_in`` None: a continued chain, which runs until its
         own draws meet the targets).
@@ -380,7 +387,8 @@ class BaseSGBayes(BaseEstimator):
         """
         blocks = [first]
         runners = start_chains(sampler, chain_model, list(starts), first.n_iter, first.n_burn, self.thin, max_draws,
-                               batch_size, self.batch_scheme, self._seeds(fit_round), step_size, control_variate)
+                               batch_size, self.batch_scheme, self._seeds(fit_round), step_size, control_variate,
+                               row_probabilities)
         runners = advance_chains(runners, chain_model, self.n_jobs, self.verbose)
         summary = None
         while self.n_iter == "auto":
@@ -405,17 +413,25 @@ class BaseSGBayes(BaseEstimator):
             return None
         return noise_probe(chain_model, geometry, batch_size, self.batch_scheme)
 
-    def _accumulate(self, X, y):
-        """Append a chunk to the data seen by ``partial_fit``; return all of it."""
+    def _accumulate(self, X, y, sample_weight=None):
+        """Append a chunk (and its sample weights) to the data seen by ``partial_fit``; return
+        all of it, ``(X, y, sample_weight)`` with ``sample_weight`` None while every chunk
+        came without weights."""
         if getattr(self, "_seen_X", None) is None:
-            self._seen_X, self._seen_y = X, y
+            self._seen_X, self._seen_y, self._seen_w = X, y, sample_weight
         else:
+            seen_w = getattr(self, "_seen_w", None)
+            if sample_weight is not None or seen_w is not None:
+                # Chunks given without weights count each row once.
+                seen_w = np.ones(self._seen_X.shape[0]) if seen_w is None else seen_w
+                w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
+                self._seen_w = np.concatenate([seen_w, w])
             if sp.issparse(X) or sp.issparse(self._seen_X):
                 self._seen_X = sp.vstack([self._seen_X, X], format="csr")
             else:
                 self._seen_X = np.concatenate([self._seen_X, X])
             self._seen_y = np.concatenate([self._seen_y, y])
-        return self._seen_X, self._seen_y
+        return self._seen_X, self._seen_y, getattr(self, "_seen_w", None)
 
     def _fit_multilevel(self, sampler, model, batch_size):
         """Fit by a multilevel estimator: signed-weight draws instead of chains.

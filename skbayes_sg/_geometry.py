@@ -38,8 +38,11 @@ class Geometry:
         ``theta = theta_map + L z`` (None: the chains run in ``theta``).
     gradient : {"minibatch", "control_variate", "full"}
     row_probabilities : RowDistribution or None
-        Importance-sampling distribution of the control-variate minibatches (None:
-        uniform).
+        Importance-sampling distribution of the minibatches (None: uniform): the leverages
+        of the control variate's rows, or the likelihood weights of a weighted fit's (see
+        :func:`row_distribution`).
+    batch_scheme : str
+        The minibatch scheme the probabilities were decided for.
     """
 
     theta_map: np.ndarray
@@ -47,15 +50,14 @@ class Geometry:
     L: np.ndarray
     gradient: str
     row_probabilities: np.ndarray = None
+    batch_scheme: str = "replacement"
 
     def for_data(self, model):
         """The same coordinates and centre for a grown data set (``partial_fit``): the MAP and
         ``L`` of the first fit stay valid (any fixed ones are), the row probabilities are
         recomputed for the new rows."""
-        probs = None
-        if self.row_probabilities is not None:
-            probs = leverage_probabilities(model, self.theta_map, self.L)
-        return Geometry(self.theta_map, self.preconditioner, self.L, self.gradient, probs)
+        probs = row_distribution(model, self.gradient, self.theta_map, self.L, self.batch_scheme)
+        return Geometry(self.theta_map, self.preconditioner, self.L, self.gradient, probs, self.batch_scheme)
 
     def chain_model(self, model):
         """The model the chains run on: ``model`` itself, or whitened at the MAP."""
@@ -115,22 +117,60 @@ def build_geometry(model, sampler, batch_size, gradient, map_estimate, auto_prec
     need_map = precond != "none" or kind == "control_variate" or start_at_map
     theta_map = map_estimate(model) if need_map else None
     L = None if precond == "none" else curvature_factor(model, theta_map, precond)
-    probs = None
-    # Memory-mapped data keep no per-row state (the N-vector of probabilities would be the
-    # one allocation of the fit that grows with N): their minibatches stay uniform.
+    probs = row_distribution(model, kind, theta_map, L, batch_scheme)
+    return Geometry(theta_map, precond, L, kind, probs, batch_scheme)
+
+
+def row_distribution(model, kind, theta_map, L, batch_scheme):
+    """The minibatches' importance-sampling :class:`~.minibatch.RowDistribution`, or None (uniform).
+
+    The control variate's rows are drawn by their leverages at the MAP
+    (:func:`leverage_probabilities`, weighted leverages for a weighted model). Plain
+    minibatches of a model with likelihood weights ``w_i`` draw row ``i`` with probability
+    ``w_i / sum w`` (:func:`weight_probabilities`): each drawn row then counts ``sum w / N``
+    times its gradient, the estimate stays unbiased, and on skewed weights its noise is far
+    below that of uniform rows reweighted by ``w_i`` (``benchmarks/sample_weight_variance.py``:
+    ``tr(Sigma)`` 1.4x lower with class_weight="balanced" on a9a, 5x with log-normal
+    weights, ``sigma_max`` 1.7x and 22x); zero-weight rows are never drawn. Only for rows
+    drawn with replacement, and not for memory-mapped data, which keep no per-row state (the
+    N-vector of probabilities would be the one allocation of the fit that grows with N):
+    their minibatches stay uniform, the weights then carried by each row's gradient.
+    """
     in_memory = getattr(model, "_cache_row_norms", True)
-    if kind == "control_variate" and L is not None and batch_scheme == "replacement" and in_memory:
+    if kind == "full" or batch_scheme != "replacement" or not in_memory:
+        return None
+    if kind == "control_variate" and L is not None:
         probs = leverage_probabilities(model, theta_map, L)
-    return Geometry(theta_map, precond, L, kind, probs)
+        if probs is not None:
+            return probs
+    return weight_probabilities(model)
+
+
+def weight_probabilities(model):
+    """:class:`~.minibatch.RowDistribution` proportional to the model's likelihood weights, or
+    None when it has none or they are all equal (uniform rows, the cheaper draw)."""
+    w = getattr(model, "sample_weight", None)
+    if w is None or np.all(w == w[0]):
+        return None
+    return RowDistribution(w)
 
 
 def leverage_probabilities(model, theta_map, L):
     """The rows' :class:`~.minibatch.RowDistribution` ``(1 - DEFENSIVE) h_i / sum h + DEFENSIVE / N``
-    from the leverages ``h_i`` at the MAP, or None for a model that has no leverages."""
+    from the leverages ``h_i`` at the MAP, or None for a model that has no leverages.
+
+    With likelihood weights the leverages are the weighted ones (``w_i h_i``, the rows' share
+    of the weighted Hessian) and the defensive part is ``DEFENSIVE w_i / sum w`` instead of
+    uniform: zero-weight rows are never drawn, and a row's factor ``w_i / (N p_i)`` stays
+    below ``mean(w) / DEFENSIVE``.
+    """
     scores = getattr(model, "leverage_scores", None)
     h = None if scores is None else scores(theta_map, L)
     if h is None or not np.all(np.isfinite(h)) or h.sum() <= 0:
         return None
+    w = getattr(model, "sample_weight", None)
+    if w is not None:
+        return RowDistribution((1.0 - DEFENSIVE) * h / h.sum() + DEFENSIVE * w / w.sum())
     N = h.size
     return RowDistribution((1.0 - DEFENSIVE) * h / h.sum() + DEFENSIVE / N)
 
@@ -154,6 +194,16 @@ def noise_probe(chain_model, geometry, batch_size, batch_scheme="replacement", s
     rng = np.random.default_rng(seed)
     N, P = chain_model.n_samples, chain_model.n_params
     m = min(N, max(PROBE_ROWS, 4 * batch_size))
+    probs = geometry.row_probabilities
+    if m == N and probs is not None:
+        if getattr(getattr(chain_model, "model", chain_model), "sample_weight", None) is not None:
+            # All N rows once would measure the noise of uniformly drawn rows; the chains draw
+            # them in proportion to the weights, whose noise is several times lower on
+            # skewed weights (4x on the weighted conjugate test's data): draw the probe's
+            # rows from the chains' distribution, more of them than N.
+            m = max(PROBE_ROWS, 4 * batch_size)
+        else:
+            probs = None  # the unweighted fits' probe, unchanged (every row once)
     chains = MinibatchGradient(chain_model, batch_size, batch_scheme)
     if chains.noise_scale == 0.0:
         return None
@@ -164,9 +214,8 @@ def noise_probe(chain_model, geometry, batch_size, batch_scheme="replacement", s
         point = geometry.theta_map + rng.standard_normal(P) / np.sqrt(np.maximum(d, 1e-300))
     if geometry.gradient == "control_variate":
         centre = Geometry.to_chain(chain_model, geometry.theta_map)
-        probe = ControlVariateGradient(chain_model, m, "replacement", centre, np.zeros(P),
-                                       geometry.row_probabilities)
+        probe = ControlVariateGradient(chain_model, m, "replacement", centre, np.zeros(P), probs)
     else:
-        probe = MinibatchGradient(chain_model, m, "replacement")
+        probe = MinibatchGradient(chain_model, m, "replacement", row_probabilities=probs)
     grads = probe.noise_gradients(point, rng)
     return largest_noise_eigenvalue(grads, chains.noise_scale)

@@ -6,7 +6,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._classifier import BaseSGBayesClassifier
+from ._classifier import CLASS_WEIGHT_DOC, BaseSGBayesClassifier
 from .linear_model import _ATTR_DOC, _COMMON_DOC, _SparseInput
 from .models.drbm import DRBMModel
 
@@ -84,7 +84,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         ``H``, the number of hidden units (the papers use 100 on letter).
     init_scale : float, default=0.1
         Standard deviation of the random starting weights ``W`` and ``U`` (biases start
-        at zero). Random weights break the symmetry between hidden units.{_strip_init_doc(_COMMON_DOC)}{_INIT_DOC}
+        at zero). Random weights break the symmetry between hidden units.{_strip_init_doc(_COMMON_DOC)}{_INIT_DOC}{CLASS_WEIGHT_DOC}
 
     Attributes
     ----------
@@ -139,7 +139,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
 
     def __init__(self, *, n_hidden=100, init_scale=0.1, sampler="mccadl", n_iter=5000, burn_in="auto", thin=1,
                  batch_size="auto", batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None,
-                 init="random", alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0):
+                 init="random", alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0,
+                 class_weight=None):
         self.n_hidden = n_hidden
         self.init_scale = init_scale
         self.sampler = sampler
@@ -158,6 +159,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         self.warm_start = warm_start
         self.max_draws = max_draws
         self.verbose = verbose
+        self.class_weight = class_weight
 
     # -- model and starts ------------------------------------------------------------------
     def _init_entropy(self):

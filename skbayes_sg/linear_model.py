@@ -7,9 +7,9 @@ import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from ._classifier import BaseSGBayesClassifier
+from ._classifier import CLASS_WEIGHT_DOC, BaseSGBayesClassifier
 from ._estimator import BaseSGBayes, epoch_permutation
 from .models import LinearRegressionModel, LogisticModel, SoftmaxModel
 from .models.glm import _memory_mapped
@@ -176,7 +176,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     ----------{_glm_doc(_COMMON_DOC, alpha_shapes="(n_features,) or (n_classes, n_features)", alpha_units="",
                         alpha_classes=" (per class too with a 2-d array of ``coef_``'s shape)", s="s",
                         coef_var="1 / alpha_j", intercept_mean="0", intercept_var="1 / alpha_intercept",
-                        intercept_sd="10")}
+                        intercept_sd="10")}{CLASS_WEIGHT_DOC}
 
     Attributes
     ----------
@@ -210,7 +210,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in="auto", thin=1, batch_size="auto",
                  batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None, init="map",
                  alpha=1.0, alpha_intercept=0.01, fit_intercept=True, warm_start=False, max_draws="auto",
-                 verbose=0):
+                 verbose=0, class_weight=None):
         self.sampler = sampler
         self.n_iter = n_iter
         self.burn_in = burn_in
@@ -228,6 +228,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
         self.warm_start = warm_start
         self.max_draws = max_draws
         self.verbose = verbose
+        self.class_weight = class_weight
 
     def _build_model(self, X, y):
         if self.classes_.size == 2:
@@ -377,13 +378,21 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         self.noise_prior_rate = noise_prior_rate
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Sample the posterior of the weights (and noise precision) given training data.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Likelihood weights: row ``i``'s Gaussian log likelihood is multiplied by
+            ``w_i``, which is the same as giving it the noise precision ``w_i tau``
+            (``y_i ~ N(x_i w + b, 1 / (w_i tau))``), so an integer weight counts a row that
+            many times and a weight of 0 drops it. When ``tau`` is sampled its conditional
+            posterior is ``Gamma(a + sum(w) / 2, b + sum_i w_i r_i^2 / 2)``: ``sum(w)`` takes
+            the place of ``n_samples``. None means all ones. Must be non-negative, and not
+            all zero. See :ref:`sample-weights`.
 
         Returns
         -------
@@ -391,16 +400,19 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         """
         first = not (self.warm_start and hasattr(self, "samples_"))
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
         if first or not hasattr(self, "y_scale_"):
-            self._set_target_scaling(y)
+            self._set_target_scaling(y, sample_weight)
         self._seen_X = self._seen_y = None
         if self.batch_scheme == "epochs":
             perm = epoch_permutation(self.random_state, X.shape[0])
             X, y = X[perm], y[perm]
-        return self._fit(X, y)
+            sample_weight = None if sample_weight is None else sample_weight[perm]
+        return self._fit(X, y, sample_weight=sample_weight)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y):
+    def partial_fit(self, X, y, sample_weight=None):
         """Continue the chains on a new chunk of data (online Bayesian learning).
 
         Each call targets the posterior given *all the data seen so far*: the chains
@@ -416,6 +428,9 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         ----------
         X : array-like or sparse matrix of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Likelihood weights of this chunk's rows, as in :meth:`fit` (kept with the data
+            seen; chunks without weights count their rows once). See :ref:`sample-weights`.
 
         Returns
         -------
@@ -423,23 +438,28 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         """
         first = not hasattr(self, "samples_")
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True,
+                                                 allow_all_zero_weights=True)
         if first or not hasattr(self, "y_scale_"):
-            self._set_target_scaling(y)
-        X_all, y_all = self._accumulate(X, y)
-        return self._fit(X_all, y_all, streaming=True)
+            self._set_target_scaling(y, sample_weight)
+        X_all, y_all, w_all = self._accumulate(X, y, sample_weight)
+        return self._fit(X_all, y_all, streaming=True, sample_weight=w_all)
 
-    def _set_target_scaling(self, y):
-        """Fix ``y_mean_`` and ``y_scale_`` from the targets of a first fit or chunk."""
+    def _set_target_scaling(self, y, sample_weight=None):
+        """Fix ``y_mean_`` and ``y_scale_`` from the targets of a first fit or chunk (their
+        weighted mean and sd under ``sample_weight``, the moments of the likelihood's data)."""
         self.y_mean_, self.y_scale_ = 0.0, 1.0
         if not self.normalize_y:
             return
         y = np.asarray(y, dtype=float)  # a non-numeric y fails here with numpy's "could not convert"
+        w = None if sample_weight is None or not np.any(sample_weight > 0) else sample_weight
         if self.fit_intercept:
-            self.y_mean_ = float(np.mean(y))
-            scale = float(np.std(y))
+            self.y_mean_ = float(np.average(y, weights=w))
+            scale = float(np.sqrt(np.average(np.square(y - self.y_mean_), weights=w)))
         else:
             # Without an intercept the model is centred at 0: its scale is y's distance from 0.
-            scale = float(np.sqrt(np.mean(np.square(y))))
+            scale = float(np.sqrt(np.average(np.square(y), weights=w)))
         # A constant y (an sd of 0, or of rounding noise around a large mean) is sampled
         # centred but unscaled, as StandardScaler leaves constant features.
         if np.isfinite(scale) and scale > 10 * np.finfo(float).eps * max(1.0, abs(self.y_mean_)):

@@ -53,6 +53,13 @@ class RowDistribution:
             self.alias[s] = l
             scaled[l] -= 1.0 - scaled[s]
             (small if scaled[l] < 1.0 else large).append(l)
+        impossible = self.p == 0
+        if impossible.any():
+            # Rows of probability zero (zero likelihood weight) must never be drawn, even if
+            # rounding left one among the rows whose columns the loop did not fill.
+            self.accept[impossible] = 0.0
+            leftover = impossible & (self.alias == np.arange(N))
+            self.alias[leftover] = int(np.argmax(self.p))
 
     def draw(self, rng, size):
         """Row indices of shape ``size``."""
@@ -103,7 +110,8 @@ class MinibatchGradient:
         self.model = model
         self.n_samples = N = model.n_samples
         self.n_params = model.n_params
-        self.full = batch_size is None or batch_size >= N
+        # Rows drawn from a distribution are a sample even when there are more than N of them.
+        self.full = batch_size is None or (batch_size >= N and row_probabilities is None)
         self.batch_size = N if self.full else int(batch_size)
         self.scheme = scheme
         self.n_grad_evals = 0
@@ -122,8 +130,11 @@ class MinibatchGradient:
         if row_probabilities is not None and not self.full and scheme == "replacement":
             dist = row_probabilities
             self._rows_dist = dist if isinstance(dist, RowDistribution) else RowDistribution(dist)
-            # c_i = 1 / (N p_i): the importance weight that keeps (N/n) sum_S c_i g_i unbiased.
-            self._row_scale = 1.0 / (N * self._rows_dist.p)
+            # c_i = 1 / (N p_i): the importance weight that keeps (N/n) sum_S c_i g_i unbiased
+            # (rows of probability zero, which are never drawn, get 0).
+            with np.errstate(divide="ignore"):
+                self._row_scale = 1.0 / (N * self._rows_dist.p)
+            self._row_scale[self._rows_dist.p == 0] = 0.0
 
     def _next_rows(self, rng):
         """Rows of the next minibatch and the factor that turns their gradient sum into N x mean."""

@@ -19,7 +19,21 @@ from skbayes_sg.samplers import SGHMC, SGLD, SGNHT
 FAST = dict(n_iter=300, n_chains=2, random_state=0)
 
 
-@parametrize_with_checks([SGBayesLogisticRegression(**FAST), SGBayesLinearRegression(**FAST)])
+def _expected_failed_checks(estimator):
+    if not isinstance(estimator, SGBayesLinearRegression):
+        return {}
+    # Weights and repeated rows give the same posterior and the same log density to
+    # rounding, but the check shuffles the weighted rows: sums in another order differ in
+    # the last bit, and 300 iterations of a chaotic sampler amplify that to ~1e-6 in the
+    # predictions, above the check's rtol of 1e-7 (tests/test_sample_weight.py compares
+    # the posteriors).
+    reason = "stochastic sampler: weighted and repeated rows agree in distribution and to ~1e-6, not to 1e-7"
+    return {"check_sample_weight_equivalence_on_dense_data": reason,
+            "check_sample_weight_equivalence_on_sparse_data": reason}
+
+
+@parametrize_with_checks([SGBayesLogisticRegression(**FAST), SGBayesLinearRegression(**FAST)],
+                         expected_failed_checks=_expected_failed_checks)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 

@@ -24,6 +24,30 @@ def largest_abs(X):
     return out
 
 
+def check_row_weights(sample_weight, n_samples):
+    """Validated per-row likelihood weights as float64 (n_samples,), or None for all ones.
+
+    Raises ``ValueError`` for a wrong shape, non-finite or negative weights, or weights that
+    are all zero (the posterior would be the prior, which needs no data).
+    """
+    if sample_weight is None:
+        return None
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.shape != (n_samples,):
+        raise ValueError(f"sample_weight has shape {w.shape}; expected ({n_samples},), one weight per row.")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("sample_weight contains NaN or infinity; give finite weights.")
+    if np.any(w < 0):
+        raise ValueError(f"sample_weight has negative values (smallest {w.min():.3g}); likelihood weights must "
+                         "be non-negative (use 0 to ignore a row).")
+    if not np.any(w > 0):
+        raise ValueError("sample_weight is zero for every row, which leaves no data to fit; give at least one "
+                         "row a positive weight.")
+    if np.all(w == 1.0):
+        return None
+    return w
+
+
 class Model:
     """Base class of the models: prior and likelihood for a flat parameter vector.
 
@@ -41,6 +65,52 @@ class Model:
 
     n_samples: int
     n_params: int
+    #: Per-row likelihood weights ``w`` (N,), or None for all ones: the log likelihood is
+    #: ``sum_i w_i log p(y_i | x_i, theta)`` in every full-data, minibatch, per-example and
+    #: curvature evaluation (see :meth:`set_sample_weight`).
+    sample_weight = None
+    #: Whether the likelihood evaluations of this model apply ``sample_weight``.
+    _supports_sample_weight = False
+
+    def set_sample_weight(self, sample_weight):
+        """Weight each row's log likelihood: ``sum_i w_i log p(y_i | x_i, theta)``.
+
+        Every evaluation of the likelihood then carries the weights: the full-data log
+        likelihood and gradient, the per-example gradients (row ``i`` is
+        ``w_i grad log p(y_i | x_i, theta)``, so a minibatch estimate built from them stays
+        unbiased for the weighted gradient), Hessians and their products, and leverages.
+
+        Parameters
+        ----------
+        sample_weight : array-like of shape (N,) or None
+            Finite, non-negative weights; zero drops a row. None, or all ones, leaves the
+            model unweighted (the same floating-point operations as before, hence the same
+            draws).
+
+        Returns
+        -------
+        self : Model
+
+        Raises
+        ------
+        NotImplementedError
+            For a model whose likelihood does not apply weights (weights other than all
+            ones would be silently ignored).
+        """
+        w = check_row_weights(sample_weight, self.n_samples)
+        if w is not None and not self._supports_sample_weight:
+            raise NotImplementedError(f"{type(self).__name__} does not support sample weights.")
+        self.sample_weight = w
+        return self
+
+    def _weights_of(self, idx):
+        """The weights of the rows ``idx`` (all rows if None), or None when unweighted."""
+        w = self.sample_weight
+        if w is None or idx is None:
+            return w
+        if isinstance(idx, np.ndarray):
+            return np.take(w, idx)
+        return w[idx]
 
     # -- likelihood and prior ------------------------------------------------------
     def per_example_gradients(self, theta, idx):

@@ -66,6 +66,17 @@ class _GLMKernel:
             Xb = X[idx]
         return Xb, self.model.y[idx]
 
+    def weigh(self, idx, R, E=None):
+        """``R`` (M, n, K) and ``E`` with each row's terms scaled by its likelihood weight, in
+        place (the model's ``sample_weight``; unchanged when it has none)."""
+        w = self.model.sample_weight
+        if w is not None:
+            wb = w[idx][..., None]
+            R *= wb
+            if E is not None:
+                E *= wb
+        return R, E
+
     def split(self, thetas):
         W, b, e = self.model.unpack(thetas)
         return W, b, e
@@ -209,7 +220,7 @@ def loglik_grad_paths(model, thetas, idx):
         return np.stack([model.per_example_gradients(t, i).mean() * i.size for t, i in zip(thetas, idx)])
     Xb, yb = k.gather(idx)
     W, b, e = k.split(thetas)
-    R, E = k.residuals(k.predictor(thetas, Xb), e, yb)
+    R, E = k.weigh(idx, *k.residuals(k.predictor(thetas, Xb), e, yb))
     return k.project(Xb, R, E)
 
 
@@ -251,7 +262,7 @@ def loglik_hvp_paths(model, thetas, V, idx):
     Xb, yb = k.gather(idx)
     _, _, e = k.split(thetas)
     U, ve = _direction(k, Xb, V)
-    S, Se = k.curvature(k.predictor(thetas, Xb), e, yb, U, ve)
+    S, Se = k.weigh(idx, *k.curvature(k.predictor(thetas, Xb), e, yb, U, ve))
     return k.project(Xb, S, Se)
 
 
@@ -298,11 +309,14 @@ def taylor_remainder_paths(model, thetas, theta0, idx, cache=None):
     R -= r0_all[idx]
     R -= S
     E_rem = None if E is None else E - e0_all[idx] - Se
+    # The cache holds the unweighted terms at theta_0: the weights scale the remainder.
+    R, E_rem = k.weigh(idx, R, E_rem)
     return k.project(Xb, R, E_rem)
 
 
 def taylor_cache(model, theta0):
-    """Per-row linear predictor and residuals of a GLM at ``theta0`` (None for other models).
+    """Per-row linear predictor and residuals of a GLM at ``theta0`` (None for other models),
+    unweighted (:func:`taylor_remainder_paths` applies the model's row weights).
 
     One full-data pass, done once per expansion point; :func:`taylor_remainder_paths` then
     needs only the minibatch at the current point.

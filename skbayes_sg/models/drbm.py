@@ -159,7 +159,7 @@ class DRBMPerExampleGradients(PerExampleGradients):
         """Mean gradient ``(1/n) sum_i g_i``, shape (P,); cached (samplers ask more than once)."""
         if self._mean is None:
             n = self.n_batch
-            A_sum = self._A_sum if self._A_sum is not None else self._A2.sum(axis=0)
+            A_sum = self._A_sum if self._A_sum is not None else self._A2.sum(axis=0, dtype=np.float64)
             self._mean = self._join(_xt_dot(self.X, self.a), A_sum, self.a.sum(axis=0), self.r.sum(axis=0))
             self._mean /= n
         return self._mean.copy()
@@ -202,6 +202,19 @@ class DRBMPerExampleGradients(PerExampleGradients):
         out = self._join(w, u_op @ self._A2, c, d)
         out[: out.size - (self._dims[0] + self._dims[2] if self.fit_intercept else 0)] *= scale
         return out
+
+    def scale_rows(self, c):
+        """The operator of the rows ``c_i g_i`` (importance-sampled minibatches), in place:
+        every factor of ``g_i`` (``A_i``, ``a_i``, ``r_i``) is linear in ``r_i``. The U-part
+        of :meth:`mean` is then summed (in double) from the stored, scaled ``A``."""
+        c = np.asarray(c, dtype=float)
+        self.A *= c.astype(self.A.dtype)[:, None, None]
+        self.a *= c[:, None]
+        self.r *= c[:, None]
+        self._a_op = self.a.astype(self.A.dtype, copy=False)
+        self._A_sum = None
+        self._mean = None
+        return self
 
     def sum_of_squares(self):
         """Per-coordinate ``sum_i g_i**2``, shape (P,): ``(a^2)' (X^2)``, ``sum_i A_i^2``, ..."""
@@ -267,7 +280,8 @@ class DRBMModel(Model):
         ``D``, ``H``, ``C``.
     """
 
-    _data_attributes = ("X", "y")
+    _data_attributes = ("X", "y", "sample_weight")
+    _supports_sample_weight = True
 
     def __init__(self, X, y, *, n_classes, n_hidden=100, alpha=1.0, fit_intercept=True, init_scale=0.1,
                  operator_dtype="float32", random_state=None):
@@ -364,8 +378,9 @@ class DRBMModel(Model):
         F += d
         return F
 
-    def _batch(self, theta, X, y, A_out=None):
-        """Log likelihood terms and gradient factors of rows ``X``, ``y``.
+    def _batch(self, theta, X, y, A_out=None, w=None):
+        """Log likelihood terms and gradient factors of rows ``X``, ``y`` (each row's scaled by
+        its likelihood weight ``w`` when given).
 
         Returns ``ll`` (n,), ``a`` (n, H), ``r`` (n, C) and ``A_sum`` (H, C); writes ``A``
         into ``A_out`` (n, H, C) when given.
@@ -394,6 +409,10 @@ class DRBMModel(Model):
             rb = r[s:e]
             np.divide(prob, -Z[:, None], out=rb)
             rb[rows, y[s:e]] += 1.0
+            if w is not None:
+                # A row's weight scales its log likelihood and so r, A = r sigmoid(o) and a.
+                ll[s:e] *= w[s:e]
+                rb *= w[s:e, None]
             # A = r * sigmoid(o), built in double precision while the block is in cache;
             # only the stored copy may be single precision.
             Ak = np.exp(t1, out=t2)
@@ -419,7 +438,7 @@ class DRBMModel(Model):
         """Structured per-example gradients of the rows ``idx`` (see :class:`DRBMPerExampleGradients`)."""
         X, y = self._rows(idx)
         A = np.empty((X.shape[0], self.n_hidden, self.n_classes), dtype=self.operator_dtype)
-        _, a, r, A_sum = self._batch(theta, X, y, A_out=A)
+        _, a, r, A_sum = self._batch(theta, X, y, A_out=A, w=self._weights_of(idx))
         return DRBMPerExampleGradients(X, A, a, r, self.fit_intercept, A_sum=A_sum)
 
     def log_likelihood_and_grad(self, theta, idx=None):
@@ -428,12 +447,14 @@ class DRBMModel(Model):
         Rows are processed in blocks, so memory stays bounded on any ``N``.
         """
         X, y = self._rows(idx)
+        w = self._weights_of(idx)
         H, D, C = self.n_hidden, self.n_features, self.n_classes
         gW, gU, gc, gd = np.zeros((H, D)), np.zeros((H, C)), np.zeros(H), np.zeros(C)
         total = 0.0
         for s in range(0, X.shape[0], _OUTER_ROWS):
             Xb = X[s : s + _OUTER_ROWS]
-            ll, a, r, A_sum = self._batch(theta, Xb, y[s : s + _OUTER_ROWS])
+            ll, a, r, A_sum = self._batch(theta, Xb, y[s : s + _OUTER_ROWS],
+                                          w=None if w is None else w[s : s + _OUTER_ROWS])
             total += float(ll.sum())
             gW += _xt_dot(Xb, a)
             gU += A_sum

@@ -132,8 +132,20 @@ def prior_precisions(alpha, alpha_intercept, n_features, n_outputs, fit_intercep
     return a, b, weights
 
 
+def _weigh(w, R, extra=None):
+    """``(R, extra)`` with each row scaled by its likelihood weight ``w`` (n,), in place; as
+    given when ``w`` is None."""
+    if w is not None:
+        R *= w[:, None]
+        if extra is not None:
+            extra *= w[:, None]
+    return R, extra
+
+
 class _GLM(Model):
-    _data_attributes = ("X", "y", "_row_sq_cache", "_row_weight_cache", "_centre_cache", "_narrow_X")
+    _data_attributes = ("X", "y", "_row_sq_cache", "_row_weight_cache", "_centre_cache", "_narrow_X",
+                        "sample_weight")
+    _supports_sample_weight = True
     _row_sq_cache = None
     _row_weight_cache = None
     #: One-byte copy of X that minibatches gather from (see :meth:`_gather_source`); False
@@ -329,7 +341,7 @@ class _GLM(Model):
                 X, y = self._rows(None)
             else:
                 X, y = _row_block(self.X, rows), self.y[rows].astype(self._y_dtype, copy=False)
-            w = self._predictor_weights(theta, X, y).sum(axis=1)
+            w = self._predictor_weights(theta, X, y, self._weights_of(rows)).sum(axis=1)
             h[slice(None) if rows is None else rows] = w * self._row_weights_of(L, X)
         return h
 
@@ -365,6 +377,11 @@ class _GLM(Model):
                 yield self._rows(None)
             else:
                 yield _row_block(self.X, rows), self.y[rows].astype(self._y_dtype, copy=False)
+
+    def _weighted_blocks(self):
+        """``(X_b, y_b, w_b)`` over all rows, block by block; ``w_b`` None when unweighted."""
+        for rows, (X, y) in zip(self._block_slices(), self._data_blocks()):
+            yield X, y, self._weights_of(rows)
 
     # -- prior ------------------------------------------------------------------------
     def log_prior_and_grad(self, theta):
@@ -405,7 +422,7 @@ class _GLM(Model):
 
     def per_example_gradients(self, theta, idx):
         X, y = self._rows(idx)
-        R, extra = self._gradient_terms(theta, X, y)
+        R, extra = _weigh(self._weights_of(idx), *self._gradient_terms(theta, X, y))
         return LinearPerExampleGradients(X, R, self.fit_intercept, extra,
                                          row_sq_norms=lambda: self._row_sq_norms(idx, X))
 
@@ -422,6 +439,8 @@ class _GLM(Model):
         R -= R_hat
         if extra is not None:
             extra -= extra_hat
+        # The centre's terms are cached unweighted; the weights scale the difference.
+        R, extra = _weigh(self._weights_of(idx), R, extra)
         return LinearPerExampleGradients(X, R, self.fit_intercept, extra,
                                          row_sq_norms=lambda: self._row_sq_norms(idx, X))
 
@@ -487,7 +506,7 @@ class _GLM(Model):
         ``idx``; its ``mean() * n_batch`` is their sum. Exact, O(n D K).
         """
         X, y = self._rows(idx)
-        S, Se = self._hvp_terms(theta, v, X, y)
+        S, Se = _weigh(self._weights_of(idx), *self._hvp_terms(theta, v, X, y))
         return LinearPerExampleGradients(X, S, self.fit_intercept, Se)
 
     def _hvp_terms(self, theta, v, X, y):
@@ -497,10 +516,10 @@ class _GLM(Model):
         U = X @ W_v + (b_v if self.fit_intercept else 0.0)
         return self._curvature(theta, Z, y, np.asarray(U), e_v)
 
-    def _hvp_sum(self, theta, v, X, y):
-        """``sum_i H_i v`` over the rows ``X, y``: the operator's ``mean() * n`` without its
+    def _hvp_sum(self, theta, v, X, y, w=None):
+        """``sum_i w_i H_i v`` over the rows ``X, y``: the operator's ``mean() * n`` without its
         transpose of X (see :func:`_transpose`)."""
-        S, Se = self._hvp_terms(theta, v, X, y)
+        S, Se = _weigh(w, *self._hvp_terms(theta, v, X, y))
         D, K = self.n_features, self.n_outputs
         out = np.empty(self.n_params)
         out[: D * K] = np.asarray(_transpose(X) @ S).ravel()
@@ -520,8 +539,8 @@ class _GLM(Model):
         """
         if idx is None:
             out = np.zeros(self.n_params)
-            for X, y in self._data_blocks():
-                out += self._hvp_sum(theta, v, X, y)
+            for X, y, w in self._weighted_blocks():
+                out += self._hvp_sum(theta, v, X, y, w)
             return out
         ops = self.per_example_hvp(theta, v, idx)
         return ops.mean() * ops.n_batch
@@ -538,9 +557,10 @@ class _GLM(Model):
     def _extra_prior_hvp(self, theta, v):
         return np.zeros(self._n_extra)
 
-    def _predictor_weights(self, theta, X, y):
+    def _predictor_weights(self, theta, X, y, sample_weight=None):
         """``w_ik = -d^2 loglik_i / dz_ik^2``, shape (n, K): the curvature of each example in
-        its own linear predictor (``s (1 - s)`` for the logistic, ``tau`` for the Gaussian)."""
+        its own linear predictor (``s (1 - s)`` for the logistic, ``tau`` for the Gaussian),
+        times the row's likelihood weight when given."""
         Z = self._linear_predictor(theta, X)
         n, K = Z.shape
         e_v = np.zeros(self._n_extra)
@@ -549,6 +569,8 @@ class _GLM(Model):
             U = np.zeros((n, K))
             U[:, k] = 1.0
             W[:, k] = -self._curvature(theta, Z, y, U, e_v)[0][:, k]
+        if sample_weight is not None:
+            W *= sample_weight[:, None]
         return W
 
     def _extra_hessian_columns(self, theta, H):
@@ -570,8 +592,8 @@ class _GLM(Model):
         D, P = self.n_features, self.n_params
         n_w = P - self._n_extra
         H = np.zeros((P, P))
-        for X, y in self._data_blocks():
-            w = self._predictor_weights(theta, X, y)[:, 0]
+        for X, y, sw in self._weighted_blocks():
+            w = self._predictor_weights(theta, X, y, sw)[:, 0]
             if sp.issparse(X):
                 XtWX = np.asarray((X.T @ sp.diags(w) @ X).todense())
                 Xtw = np.asarray(X.T @ w).ravel()
@@ -603,7 +625,7 @@ class _GLM(Model):
         Dt = D + (1 if self.fit_intercept else 0)
         H4 = np.zeros((Dt, K, Dt, K))
         e_v = np.zeros(0)
-        for X, y in self._data_blocks():
+        for X, y, sw in self._weighted_blocks():
             Xt = X.toarray() if sp.issparse(X) else np.asarray(X)
             if self.fit_intercept:
                 Xt = np.hstack([Xt, np.ones((Xt.shape[0], 1))])
@@ -613,6 +635,8 @@ class _GLM(Model):
                 U = np.zeros((n, K))
                 U[:, k] = 1.0
                 Wk = -self._curvature(theta, Z, y, U, e_v)[0]  # column l: W_i[l, k]
+                if sw is not None:
+                    Wk *= sw[:, None]
                 for l in range(k, K):
                     A = Xt.T @ (Xt * Wk[:, l:l + 1])
                     H4[:, l, :, k] += A
@@ -627,8 +651,8 @@ class _GLM(Model):
         D, K, P = self.n_features, self.n_outputs, self.n_params
         n_w = P - self._n_extra
         diag = np.zeros(P)
-        for X, y in self._data_blocks():
-            W = self._predictor_weights(theta, X, y)
+        for X, y, sw in self._weighted_blocks():
+            W = self._predictor_weights(theta, X, y, sw)
             X2 = X.multiply(X) if sp.issparse(X) else X * X
             diag[: D * K] += np.asarray(X2.T @ W).ravel()
             if self.fit_intercept:
@@ -648,18 +672,21 @@ class _GLM(Model):
         exact samplers make such passes).
         """
         if idx is not None:
-            return self._loglik_and_grad_rows(theta, *self._rows(idx))
+            return self._loglik_and_grad_rows(theta, *self._rows(idx), self._weights_of(idx))
         total, grad = 0.0, np.zeros(self.n_params)
-        for X, y in self._data_blocks():
-            ll, g = self._loglik_and_grad_rows(theta, X, y)
+        for X, y, w in self._weighted_blocks():
+            ll, g = self._loglik_and_grad_rows(theta, X, y, w)
             total += ll
             grad += g
         return total, grad
 
-    def _loglik_and_grad_rows(self, theta, X, y):
-        """Log likelihood summed over the rows ``X, y`` and its gradient."""
+    def _loglik_and_grad_rows(self, theta, X, y, w=None):
+        """Log likelihood summed over the rows ``X, y`` (weighted by ``w`` when given) and its gradient."""
         Z = self._linear_predictor(theta, X)
         ll, R = self._log_likelihood_terms(Z, y), self._residuals(Z, y)
+        if w is not None:
+            ll = ll * w
+            R *= w[:, None]
         grad_w = _transpose(X) @ R
         parts = [np.asarray(grad_w).ravel()]
         if self.fit_intercept:
@@ -701,14 +728,18 @@ class LogisticModel(_GLM):
         s = expit(Z)
         return -s * (1.0 - s) * U, None
 
-    def _loglik_and_grad_rows(self, theta, X, y):
+    def _loglik_and_grad_rows(self, theta, X, y, w=None):
         # Fused: one exp(-|z|) serves the stable log-likelihood and the residual, the whole
         # cost of a full-data evaluation besides the two products with X (the exact
         # samplers call this every iteration).
         z = self._linear_predictor(theta, X)[:, 0]
         e = np.exp(-np.abs(z))
-        ll = float(y @ z) - float(np.maximum(z, 0.0).sum()) - float(np.log1p(e).sum())
         r = y - np.where(z >= 0, 1.0, e) / (1.0 + e)
+        if w is None:
+            ll = float(y @ z) - float(np.maximum(z, 0.0).sum()) - float(np.log1p(e).sum())
+        else:
+            ll = float(w @ (y * z - np.maximum(z, 0.0) - np.log1p(e)))
+            r *= w
         grad = np.empty(self.n_params)
         D = self.n_features
         grad[:D] = _transpose(X) @ r
@@ -853,10 +884,17 @@ class LinearRegressionModel(_GLM):
             extra = (0.5 - 0.5 * tau * r * r)[:, None]
         return (tau * r)[:, None], extra
 
-    def _loglik_and_grad_rows(self, theta, X, y):
+    def _loglik_and_grad_rows(self, theta, X, y, w=None):
         r, tau = self._terms(theta, X, y)
-        n = X.shape[0]
-        rr = float(r @ r)
+        if w is None:
+            n = X.shape[0]
+            rr = float(r @ r)
+        else:
+            # Weights multiply each row's precision: n becomes sum(w), r' r becomes r' W r.
+            n = float(w.sum())
+            wr = w * r
+            rr = float(wr @ r)
+            r = wr
         ll = 0.5 * n * np.log(tau) - 0.5 * n * np.log(2 * np.pi) - 0.5 * tau * rr
         parts = [np.asarray(_transpose(X) @ (tau * r)).ravel()]
         if self.fit_intercept:
