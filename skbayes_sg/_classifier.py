@@ -187,6 +187,10 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
     def predict_proba(self, X):
         """Posterior predictive class probabilities: the mean over draws.
 
+        The average runs over the ``n_predict_draws_`` draws chosen by ``n_predict_draws``
+        (all of them with ``n_predict_draws=None``), in blocks of rows and draws with one
+        matrix product per block and at most 32 MiB of temporaries whatever the sizes.
+
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
@@ -196,10 +200,10 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         proba : ndarray of shape (n_samples, n_classes)
         """
         X = self._check_X(X)
-        thetas, weights = self._flat_samples(), self._flat_weights()
+        thetas, weights = self._predict_draws()
         proba = np.zeros((X.shape[0], self.classes_.size))
-        for chunk in self._draw_chunks(X.shape[0], self.classes_.size):
-            proba += np.tensordot(weights[chunk], self._model.predict_draws(thetas[chunk], X), axes=1)
+        for rows, draws in self._predict_blocks(X.shape[0], thetas.shape[0], self.classes_.size):
+            proba[rows] += self._model.predict_mean(thetas[draws], weights[draws], X[rows])
         if self.sample_weight_ is not None:
             # Signed (multilevel) weights estimate the expectation without bias but can
             # leave [0, 1] by Monte Carlo error: project back onto the simplex.

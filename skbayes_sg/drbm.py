@@ -139,7 +139,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
 
     def __init__(self, *, n_hidden=100, init_scale=0.1, sampler="mccadl", n_iter=5000, burn_in="auto", thin=1,
                  batch_size="auto", batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None,
-                 init="random", alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0):
+                 init="random", alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0,
+                 n_predict_draws="auto"):
         self.n_hidden = n_hidden
         self.init_scale = init_scale
         self.sampler = sampler
@@ -158,6 +159,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         self.warm_start = warm_start
         self.max_draws = max_draws
         self.verbose = verbose
+        self.n_predict_draws = n_predict_draws
 
     # -- model and starts ------------------------------------------------------------------
     def _init_entropy(self):
