@@ -7,7 +7,7 @@ from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._estimator import BaseSGBayes, epoch_permutation
+from ._estimator import BaseSGBayes, _check_target_length, epoch_permutation
 
 #: Labels are checked and encoded this many rows at a time. sklearn's
 #: ``check_classification_targets`` and ``np.unique(y, return_inverse=True)`` sort whole
@@ -163,6 +163,27 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
 
     def _observed_targets(self):
         return self.classes_[self._observed_y]
+
+    def _check_targets(self, y, n_samples):
+        y = _check_target_length(y, n_samples)
+        where = np.minimum(np.searchsorted(self.classes_, y), self.classes_.size - 1)
+        unknown = self.classes_[where] != y
+        if unknown.any():
+            raise ValueError(f"y contains labels {np.unique(y[unknown]).tolist()} not in classes_ "
+                             f"{self.classes_.tolist()}: the model gives them no likelihood. Pass labels of "
+                             "the classes the estimator was fit on.")
+        return where, self.classes_[where]
+
+    def _sample_targets(self, X, rng):
+        """One label per stored draw and row, drawn from that draw's class probabilities by
+        inversion of their cumulative sums, shape (n_draws_total, n)."""
+        thetas = self._flat_samples()
+        out = np.empty((thetas.shape[0], X.shape[0]), dtype=self.classes_.dtype)
+        for draws in self._draw_blocks(X.shape[0]):
+            cdf = np.cumsum(self._model.predict_draws(thetas[draws], X), axis=-1)
+            u = rng.random_sample(cdf.shape[:2])
+            out[draws] = self.classes_[(cdf[..., :-1] < u[..., None]).sum(axis=-1)]
+        return out
 
     def _check_X(self, X):
         check_is_fitted(self, "samples_")

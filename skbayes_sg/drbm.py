@@ -185,6 +185,17 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
             return np.zeros((self.n_chains, model.n_params))
         return super()._initial_points(model)
 
+    def _posterior_variables(self, feature_names=None):
+        """``W`` (hidden, feature), ``U`` (hidden, class), ``c`` (hidden), ``d`` (class): views
+        of ``samples_``, so the export holds one copy of the draws."""
+        W, U, c, d = self._model.unpack(self.samples_)
+        variables = {"W": (W, ["hidden", "feature"]), "U": (U, ["hidden", "class"])}
+        if self.fit_intercept:
+            variables.update(c=(c, ["hidden"]), d=(d, ["class"]))
+        coords = {"hidden": np.arange(self.n_hidden), "feature": self._feature_names(feature_names),
+                  "class": [str(k) for k in self.classes_]}
+        return variables, coords
+
     def _set_posterior_attributes(self, model):
         W, U, c, d = model.unpack(self._flat_samples())
         self.components_ = self._posterior_mean(W)

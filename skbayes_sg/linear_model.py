@@ -206,9 +206,9 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
         self.coef_ = self._posterior_mean(self.coef_samples_)
         self.intercept_ = self._posterior_mean(self.intercept_samples_)
 
-    def _posterior_variables(self):
+    def _posterior_variables(self, feature_names=None):
         C, D = self.samples_.shape[:2]
-        features = [str(f) for f in getattr(self, "feature_names_in_", [f"x{d}" for d in range(self.n_features_in_)])]
+        features = self._feature_names(feature_names)
         coef = self.coef_samples_.reshape(C, D, *self.coef_.shape)
         intercept = self.intercept_samples_.reshape(C, D, *self.intercept_.shape)
         if self.coef_.shape[0] == 1:
@@ -371,14 +371,25 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         else:
             self.noise_precision_ = float(self._posterior_mean(self.noise_precision_samples_))
 
-    def _posterior_variables(self):
+    def _posterior_variables(self, feature_names=None):
         C, D = self.samples_.shape[:2]
-        features = [str(f) for f in getattr(self, "feature_names_in_", [f"x{d}" for d in range(self.n_features_in_)])]
+        features = self._feature_names(feature_names)
         variables = {"coef": (self.coef_samples_.reshape(C, D, -1), ["feature"]),
                      "intercept": (self.intercept_samples_.reshape(C, D), [])}
         if self.noise_precision is None:
             variables["noise_precision"] = (self.noise_precision_samples_.reshape(C, D), [])
         return variables, {"feature": features}
+
+    def _sample_targets(self, X, rng):
+        """One target per stored draw and row: the draw's mean plus Gaussian noise of the
+        draw's precision, shape (n_draws_total, n)."""
+        thetas = self._flat_samples()
+        out = np.empty((thetas.shape[0], X.shape[0]))
+        for draws in self._draw_blocks(X.shape[0]):
+            mu = self._model.predict_draws(thetas[draws], X)
+            mu += rng.standard_normal(mu.shape) / np.sqrt(self._model.tau(thetas[draws]))[:, None]
+            out[draws] = mu
+        return out
 
     @property
     def coef_samples_(self):
