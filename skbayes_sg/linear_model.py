@@ -89,8 +89,9 @@ _COMMON_DOC = """
         least 1,000 per chain. Predicting costs time linear in the stored draws.
     n_predict_draws : int, "auto" or None, default="auto"
         How many of the stored draws the posterior predictive averages over
-        (``predict_proba``, ``predict``, ``score``; ``predict(return_std=True)`` for the
-        regressor), evenly spaced within each chain, the same number from every chain.
+        (``predict_proba``, ``predict``, ``score``; for the regressor the ``return_std``
+        of ``predict``, whose mean is linear in the draws and uses all of them), evenly
+        spaced within each chain, the same number from every chain.
         Prediction costs time linear in them. An int keeps at most that many in all
         (rounded down to a multiple of ``n_chains``, at least one per chain); ``None``
         keeps every stored draw. ``"auto"`` keeps the fewest draws ``M`` whose total
@@ -117,6 +118,8 @@ _ATTR_DOC = """
     n_iter_ : int
         Iterations run per chain (accumulated over ``warm_start`` continuations): with
         ``n_iter="auto"``, the length the run stopped at.
+    n_predict_draws_ : int
+        Number of draws the posterior predictive averages over (see ``n_predict_draws``).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Defined only when X has feature names that are all strings.
