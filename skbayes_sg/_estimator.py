@@ -670,7 +670,7 @@ class BaseSGBayes(BaseEstimator):
                 codes, observed = self._check_targets(y, X.shape[0])
                 groups["log_likelihood"] = {"y": self._log_likelihood(X, codes).reshape(shape)}
                 groups["observed_data"] = {"y": observed}
-        dims.update({name: ["obs"] for name in ("y",)})
+        dims["y"] = ["obs"]
         return az.from_dict(posterior=posterior, sample_stats=stats, coords=coords, dims=dims, **groups)
 
     def _observed_targets(self):
