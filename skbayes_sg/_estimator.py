@@ -551,18 +551,23 @@ class BaseSGBayes(BaseEstimator):
             warnings.warn(f"{type(self).__name__}: " + " Also, ".join(messages), ConvergenceWarning, stacklevel=3)
 
     # -- inspection --------------------------------------------------------------------------
-    def _param_names(self):
+    def _param_names(self, feature_names=None):
         check_is_fitted(self, "samples_")
-        features = getattr(self, "feature_names_in_", None)
+        features = getattr(self, "feature_names_in_", None) if feature_names is None else self._feature_names(
+            feature_names)
         return self._model.param_names(features, getattr(self, "classes_", None))
 
-    def summary(self, ci=0.9):
+    def summary(self, ci=0.9, feature_names=None):
         """Posterior summary per named parameter.
 
         Parameters
         ----------
         ci : float, default=0.9
             Level of the equal-tailed credible intervals.
+        feature_names : array-like of str of shape (n_features,), default=None
+            Names of the features in the parameter names; defaults to
+            ``feature_names_in_`` (or ``x0, x1, ...``). In a ``Pipeline``, pass
+            ``pipe[:-1].get_feature_names_out()``.
 
         Returns
         -------
@@ -570,7 +575,8 @@ class BaseSGBayes(BaseEstimator):
             A dict of columns (``parameter``, ``mean``, ``sd``, ``ci_lower``, ``ci_upper``,
             ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table.
         """
-        return diagnostics.posterior_summary(self.samples_, self._param_names(), ci, self.sample_weight_)
+        return diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci,
+                                             self.sample_weight_)
 
     def _feature_names(self, feature_names=None):
         """Names of the features: ``feature_names`` (validated), else ``feature_names_in_``,

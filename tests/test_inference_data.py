@@ -160,6 +160,8 @@ def test_pipeline_feature_names_reach_the_posterior():
     direct = pipe[-1].to_inference_data(pipe[:-1].transform(X), y)
     np.testing.assert_array_equal(idata.log_likelihood["y"].values, direct.log_likelihood["y"].values)
     assert list(direct.posterior["coef"].coords["feature"].values)[0] == "x0"
+    summary = pipe[-1].summary(feature_names=pipe[:-1].get_feature_names_out())
+    assert summary["parameter"][0] == "coef[standardscaler__mean radius]"
     explicit = to_inference_data(pipe, feature_names=[f"f{i}" for i in range(6)])
     assert list(explicit.posterior["coef"].coords["feature"].values)[-1] == "f5"
     assert isinstance(pd.DataFrame(az.summary(idata, var_names=["coef"])), pd.DataFrame)
