@@ -210,7 +210,8 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
 
         The average runs over the ``n_predict_draws_`` draws chosen by ``n_predict_draws``
         (all of them with ``n_predict_draws=None``), in blocks of rows and draws with one
-        matrix product per block and at most 32 MiB of temporaries whatever the sizes.
+        matrix product per block and temporaries of at most 2^22 floats (32 MiB) each, whatever
+        the sizes.
 
         Parameters
         ----------
