@@ -6,6 +6,7 @@
 
 from .drbm import SGBayesDRBMClassifier
 from .exceptions import DivergenceError, GradientNoiseWarning
+from ._inference_data import to_inference_data
 from .linear_model import SGBayesLinearRegression, SGBayesLogisticRegression
 
 __version__ = "0.1.0"
@@ -16,5 +17,6 @@ __all__ = [
     "SGBayesDRBMClassifier",
     "DivergenceError",
     "GradientNoiseWarning",
+    "to_inference_data",
     "__version__",
 ]

@@ -9,7 +9,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from ._estimator import BaseSGBayes, epoch_permutation
+from ._estimator import BaseSGBayes, _check_target_length, epoch_permutation
 
 #: Labels are checked and encoded this many rows at a time. sklearn's
 #: ``check_classification_targets`` and ``np.unique(y, return_inverse=True)`` sort whole
@@ -221,6 +221,27 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
     def _observed_targets(self):
         return self.classes_[self._observed_y]
 
+    def _check_targets(self, y, n_samples):
+        y = _check_target_length(y, n_samples)
+        where = np.minimum(np.searchsorted(self.classes_, y), self.classes_.size - 1)
+        unknown = self.classes_[where] != y
+        if unknown.any():
+            raise ValueError(f"y contains labels {np.unique(y[unknown]).tolist()} not in classes_ "
+                             f"{self.classes_.tolist()}: the model gives them no likelihood. Pass labels of "
+                             "the classes the estimator was fit on.")
+        return where, self.classes_[where]
+
+    def _sample_targets(self, X, rng):
+        """One label per stored draw and row, drawn from that draw's class probabilities by
+        inversion of their cumulative sums, shape (n_draws_total, n)."""
+        thetas = self._flat_samples()
+        out = np.empty((thetas.shape[0], X.shape[0]), dtype=self.classes_.dtype)
+        for draws in self._draw_blocks(X.shape[0]):
+            cdf = np.cumsum(self._model.predict_draws(thetas[draws], X), axis=-1)
+            u = rng.random_sample(cdf.shape[:2])
+            out[draws] = self.classes_[(cdf[..., :-1] < u[..., None]).sum(axis=-1)]
+        return out
+
     def _check_X(self, X):
         check_is_fitted(self, "samples_")
         return validate_data(self, X, dtype=np.float64, accept_sparse="csr", reset=False)
@@ -244,6 +265,11 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
     def predict_proba(self, X):
         """Posterior predictive class probabilities: the mean over draws.
 
+        The average runs over the ``n_predict_draws_`` draws chosen by ``n_predict_draws``
+        (all of them with ``n_predict_draws=None``), in blocks of rows and draws with one
+        matrix product per block and temporaries of at most 2^22 floats (32 MiB) each, whatever
+        the sizes.
+
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
@@ -253,10 +279,10 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         proba : ndarray of shape (n_samples, n_classes)
         """
         X = self._check_X(X)
-        thetas, weights = self._flat_samples(), self._flat_weights()
+        thetas, weights = self._predict_draws()
         proba = np.zeros((X.shape[0], self.classes_.size))
-        for chunk in self._draw_chunks(X.shape[0], self.classes_.size):
-            proba += np.tensordot(weights[chunk], self._model.predict_draws(thetas[chunk], X), axes=1)
+        for rows, draws in self._predict_blocks(X.shape[0], thetas.shape[0], self.classes_.size):
+            proba[rows] += self._model.predict_mean(thetas[draws], weights[draws], X[rows])
         if self.sample_weight_ is not None:
             # Signed (multilevel) weights estimate the expectation without bias but can
             # leave [0, 1] by Monte Carlo error: project back onto the simplex.

@@ -17,7 +17,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 from threadpoolctl import threadpool_limits
 
 from . import diagnostics
@@ -80,6 +80,14 @@ FEATURE_SCALE_SPREAD = 100.0
 
 # Upper bound on the floats one predictive chunk allocates (draws x rows x outputs).
 _PREDICT_CHUNK = 2**22
+#: A row block of the predictive takes all draws in one product when it can keep at least
+#: this many rows within ``_PREDICT_CHUNK``; X is then read once, where blocks of a few
+#: draws over all rows re-read it per block (40 s for 4,000 draws on 200k rows).
+_PREDICT_MIN_ROWS = 256
+
+#: ``n_predict_draws="auto"``: the predictive's total Monte Carlo standard error, in
+#: posterior standard deviations, that the draws kept for prediction may reach.
+PREDICT_MCSE = 0.05
 
 
 class BaseSGBayes(BaseEstimator):
@@ -108,6 +116,7 @@ class BaseSGBayes(BaseEstimator):
         "fit_intercept": ["boolean"],
         "warm_start": ["boolean"],
         "max_draws": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
+        "n_predict_draws": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
         "verbose": ["verbose"],
     }
 
@@ -629,18 +638,23 @@ class BaseSGBayes(BaseEstimator):
         return advice
 
     # -- inspection --------------------------------------------------------------------------
-    def _param_names(self):
+    def _param_names(self, feature_names=None):
         check_is_fitted(self, "samples_")
-        features = getattr(self, "feature_names_in_", None)
+        features = getattr(self, "feature_names_in_", None) if feature_names is None else self._feature_names(
+            feature_names)
         return self._model.param_names(features, getattr(self, "classes_", None))
 
-    def summary(self, ci=0.9):
+    def summary(self, ci=0.9, feature_names=None):
         """Posterior summary per named parameter.
 
         Parameters
         ----------
         ci : float, default=0.9
             Level of the equal-tailed credible intervals.
+        feature_names : array-like of str of shape (n_features,), default=None
+            Names of the features in the parameter names; defaults to
+            ``feature_names_in_`` (or ``x0, x1, ...``). In a ``Pipeline``, pass
+            ``pipe[:-1].get_feature_names_out()``.
 
         Returns
         -------
@@ -648,19 +662,55 @@ class BaseSGBayes(BaseEstimator):
             A dict of columns (``parameter``, ``mean``, ``sd``, ``ci_lower``, ``ci_upper``,
             ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table.
         """
-        return diagnostics.posterior_summary(self.samples_, self._param_names(), ci, self.sample_weight_)
+        return diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci,
+                                             self.sample_weight_)
 
-    def _posterior_variables(self):
+    def _feature_names(self, feature_names=None):
+        """Names of the features: ``feature_names`` (validated), else ``feature_names_in_``,
+        else ``x0, x1, ...``."""
+        if feature_names is None:
+            names = getattr(self, "feature_names_in_", None)
+            return [f"x{d}" for d in range(self.n_features_in_)] if names is None else [str(f) for f in names]
+        names = [str(f) for f in np.asarray(feature_names, dtype=object).ravel()]
+        if len(names) != self.n_features_in_:
+            raise ValueError(f"feature_names has {len(names)} names but the estimator was fit on "
+                             f"{self.n_features_in_} features; give one name per column of the X it was fit on.")
+        return names
+
+    def _posterior_variables(self, feature_names=None):
         """ArviZ posterior variables: ``{name: (array (chain, draw, ...), dims)}`` and coords."""
         return {"theta": (self.samples_, ["parameter"])}, {"parameter": self._param_names()}
 
-    def to_inference_data(self):
+    def to_inference_data(self, X=None, y=None, *, feature_names=None, random_state=0):
         """The draws as an ``arviz.InferenceData`` (arviz is an optional dependency).
 
-        Groups: ``posterior`` (named variables with ``chain`` and ``draw`` dimensions,
-        coordinates from ``feature_names_in_`` and ``classes_``), ``sample_stats`` (the
+        Groups: ``posterior`` (named variables with ``chain`` and ``draw`` dimensions and
+        coordinates from the feature names and ``classes_``), ``sample_stats`` (the
         sampler's per-draw statistics, such as the thermostat ``xi`` or acceptance, and the
-        step size) and ``observed_data`` (the training targets).
+        step size) and ``observed_data``. Given data, also ``log_likelihood`` and
+        ``posterior_predictive``, so that ``az.loo``, ``az.waic``, ``az.compare`` and
+        ``az.plot_ppc`` work on the result.
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features), default=None
+            Rows at which to evaluate the likelihood and draw the posterior predictive:
+            usually the training data (for LOO), or held-out data. With ``X`` the
+            ``posterior_predictive`` group holds, for every draw, one ``y`` per row drawn
+            from the likelihood at that draw.
+        y : array-like of shape (n_samples,), default=None
+            Targets of ``X`` (class labels as in ``fit``). With ``y`` the
+            ``log_likelihood`` group holds ``log p(y_i | x_i, theta)`` per draw and row
+            (variable ``y``, dimensions ``chain, draw, obs``, as ``az.loo`` expects) and
+            ``observed_data`` holds ``y``. Without ``X`` and ``y``, ``observed_data`` holds
+            the training targets.
+        feature_names : array-like of str of shape (n_features,), default=None
+            Coordinates of the ``feature`` dimension; defaults to ``feature_names_in_``
+            (or ``x0, x1, ...``). :func:`skbayes_sg.to_inference_data` takes them from
+            the preceding steps of a ``Pipeline``.
+        random_state : int, RandomState instance or None, default=0
+            Seeds the posterior predictive draws; the default makes them reproducible, as
+            ``GaussianProcessRegressor.sample_y``'s.
 
         Returns
         -------
@@ -670,6 +720,17 @@ class BaseSGBayes(BaseEstimator):
         ------
         ImportError
             If arviz is not installed.
+        ValueError
+            For a multilevel fit (signed weights, which InferenceData cannot represent),
+            ``y`` without ``X``, or data that do not match the fit.
+
+        Notes
+        -----
+        ``log_likelihood`` and ``posterior_predictive`` hold one float per draw and row
+        (``8 * n_draws_total * n_samples`` bytes each: 1 GB for 4,000 draws of 32,561
+        rows); they are computed in blocks, so nothing else of that size is allocated.
+        Pass a subset of rows, or refit with a smaller ``max_draws``, to bound them.
+        Classifiers' predictive draws are class labels, as ``y``.
         """
         check_is_fitted(self, "samples_")
         try:
@@ -682,17 +743,59 @@ class BaseSGBayes(BaseEstimator):
         if self.sample_weight_ is not None:
             raise ValueError("to_inference_data() needs equally weighted draws; a multilevel fit has signed "
                              "weights (see sample_weight_).")
-        variables, coords = self._posterior_variables()
+        if y is not None and X is None:
+            raise ValueError("to_inference_data() got y without X: the log likelihood needs the rows X of the "
+                             "targets y; pass both (for LOO, the training data).")
+        variables, coords = self._posterior_variables(feature_names)
         posterior = {name: array for name, (array, _) in variables.items()}
         dims = {name: d for name, (_, d) in variables.items()}
         stats = {name: values for name, values in self.sample_stats_.items()}
         stats["step_size"] = np.full(self.samples_.shape[:2], self.diagnostics_.get("step_size", np.nan))
-        observed = None if self._observed_y is None else {"y": self._observed_targets()}
-        return az.from_dict(posterior=posterior, sample_stats=stats, observed_data=observed, coords=coords,
-                            dims=dims)
+        groups = {}
+        if X is None:
+            groups["observed_data"] = None if self._observed_y is None else {"y": self._observed_targets()}
+        else:
+            X = validate_data(self, X, dtype=np.float64, accept_sparse="csr", reset=False)
+            shape = self.samples_.shape[:2] + (X.shape[0],)
+            groups["posterior_predictive"] = {"y": self._sample_targets(X, check_random_state(random_state))
+                                              .reshape(shape)}
+            if y is not None:
+                codes, observed = self._check_targets(y, X.shape[0])
+                groups["log_likelihood"] = {"y": self._log_likelihood(X, codes).reshape(shape)}
+                groups["observed_data"] = {"y": observed}
+        dims["y"] = ["obs"]
+        return az.from_dict(posterior=posterior, sample_stats=stats, coords=coords, dims=dims, **groups)
 
     def _observed_targets(self):
         return self._observed_y
+
+    def _check_targets(self, y, n_samples):
+        """``(codes, observed)`` of targets given to :meth:`to_inference_data`: what the model's
+        likelihood takes and what ``observed_data`` shows."""
+        y = _check_target_length(y, n_samples).astype(np.float64)
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y contains NaN or infinity; give finite targets.")
+        return y, y
+
+    def _log_likelihood(self, X, codes):
+        """``log p(y_i | x_i, theta_s)`` of every stored draw, shape (n_draws_total, n), in blocks."""
+        thetas = self._flat_samples()
+        out = np.empty((thetas.shape[0], X.shape[0]))
+        for rows, draws in self._predict_blocks(X.shape[0], thetas.shape[0], self._n_outputs()):
+            out[draws, rows] = self._model.log_likelihood_draws(thetas[draws], X[rows], codes[rows])
+        return out
+
+    def _draw_blocks(self, n_rows):
+        """Slices over the stacked draws, each holding the predictive of all ``n_rows`` rows in
+        at most ``_PREDICT_CHUNK`` floats: random draws consumed block by block are then those
+        of one (n_draws, n_rows) array, whatever the blocks."""
+        S = self._flat_samples().shape[0]
+        size = max(1, _PREDICT_CHUNK // max(1, n_rows * self._n_outputs()))
+        return [slice(i, min(i + size, S)) for i in range(0, S, size)]
+
+    def _n_outputs(self):
+        classes = getattr(self, "classes_", None)
+        return 1 if classes is None else classes.size
 
     # -- draws ---------------------------------------------------------------------------
     def _flat_samples(self):
@@ -710,11 +813,64 @@ class BaseSGBayes(BaseEstimator):
         """Weighted mean over the first axis (draws) of per-draw ``values``."""
         return np.tensordot(self._flat_weights(), values, axes=1)
 
-    def _draw_chunks(self, n_rows, n_outputs):
-        """Slices over the stacked draws such that one chunk's predictive stays bounded."""
-        S = self._flat_samples().shape[0]
-        size = max(1, _PREDICT_CHUNK // max(1, n_rows * n_outputs))
-        return [slice(i, min(i + size, S)) for i in range(0, S, size)]
+    # -- prediction ----------------------------------------------------------------------
+    @property
+    def n_predict_draws_(self):
+        """Number of draws the posterior predictive averages over (see ``n_predict_draws``)."""
+        return self._predict_index().size
+
+    def _predict_index(self):
+        """Indices into the stacked draws that prediction uses (see ``n_predict_draws``)."""
+        check_is_fitted(self, "samples_")
+        C, S = self.samples_.shape[:2]
+        n = getattr(self, "n_predict_draws", None)
+        per_chain = S
+        if self.sample_weight_ is None and n is not None:
+            if isinstance(n, str):
+                ess = np.asarray(self.diagnostics_.get("ess", np.nan), dtype=float)
+                ess = float(np.min(ess)) if ess.size and np.all(np.isfinite(ess)) else np.nan
+                target = PREDICT_MCSE**-2
+                if ess > target:
+                    # 1 / ESS_kept ~ 1 / ESS + 1 / M: the error the chains' autocorrelation
+                    # leaves plus the error of M draws; an upper bound for evenly thinned
+                    # chains, exact in the limits of independent and of dense draws.
+                    per_chain = int(np.ceil(1.0 / (1.0 / target - 1.0 / ess) / C))
+            else:
+                per_chain = max(1, int(n) // C)
+        if per_chain >= S:
+            return np.arange(C * S)
+        keep = np.linspace(0, S - 1, per_chain).round().astype(np.intp)
+        return (np.arange(C)[:, None] * S + keep).ravel()
+
+    def _predict_draws(self):
+        """``(thetas, weights)``: the draws prediction averages over and their weights."""
+        index = self._predict_index()
+        thetas, weights = self._flat_samples(), self._flat_weights()
+        if index.size == thetas.shape[0]:
+            return thetas, weights
+        return thetas[index], np.full(index.size, 1.0 / index.size)
+
+    @staticmethod
+    def _predict_blocks(n_rows, n_draws, n_outputs):
+        """``(rows, draws)`` slice pairs covering the rows x draws of a predictive, each block
+        holding at most ``_PREDICT_CHUNK`` floats of ``n_outputs`` per row and draw.
+
+        A row block takes every draw in one matrix product while that leaves it
+        ``_PREDICT_MIN_ROWS`` rows, so X is read once; beyond that the draws are split too.
+        """
+        per = max(1, n_outputs)
+        draws = min(n_draws, max(1, _PREDICT_CHUNK // (per * min(max(n_rows, 1), _PREDICT_MIN_ROWS))))
+        rows = max(1, _PREDICT_CHUNK // (per * draws))
+        return [(slice(r, min(r + rows, n_rows)), slice(d, min(d + draws, n_draws)))
+                for r in range(0, max(n_rows, 1), rows) for d in range(0, n_draws, draws)]
+
+
+def _check_target_length(y, n_samples):
+    """``y`` as a 1-D array of ``n_samples`` targets, else a ValueError saying so."""
+    y = column_or_1d(y, warn=True)
+    if y.shape[0] != n_samples:
+        raise ValueError(f"y has {y.shape[0]} targets but X has {n_samples} rows; give one target per row.")
+    return y
 
 
 def _noise_aware_batch(sampler, batch_size, sigma_max, lambda_max, n_samples):

@@ -140,7 +140,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     def __init__(self, *, n_hidden=100, init_scale=0.1, sampler="mccadl", n_iter=5000, burn_in="auto", thin=1,
                  batch_size="auto", batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None,
                  init="random", alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0,
-                 class_weight=None):
+                 class_weight=None, n_predict_draws="auto"):
         self.n_hidden = n_hidden
         self.init_scale = init_scale
         self.sampler = sampler
@@ -160,6 +160,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         self.max_draws = max_draws
         self.verbose = verbose
         self.class_weight = class_weight
+        self.n_predict_draws = n_predict_draws
 
     # -- model and starts ------------------------------------------------------------------
     def _init_entropy(self):
@@ -184,6 +185,17 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         if isinstance(self.init, str) and self.init == "zeros":
             return np.zeros((self.n_chains, model.n_params))
         return super()._initial_points(model)
+
+    def _posterior_variables(self, feature_names=None):
+        """``W`` (hidden, feature), ``U`` (hidden, class), ``c`` (hidden), ``d`` (class): views
+        of ``samples_``, so the export holds one copy of the draws."""
+        W, U, c, d = self._model.unpack(self.samples_)
+        variables = {"W": (W, ["hidden", "feature"]), "U": (U, ["hidden", "class"])}
+        if self.fit_intercept:
+            variables.update(c=(c, ["hidden"]), d=(d, ["class"]))
+        coords = {"hidden": np.arange(self.n_hidden), "feature": self._feature_names(feature_names),
+                  "class": [str(k) for k in self.classes_]}
+        return variables, coords
 
     def _set_posterior_attributes(self, model):
         W, U, c, d = model.unpack(self._flat_samples())

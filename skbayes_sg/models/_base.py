@@ -234,6 +234,18 @@ class Model:
         """Predictive quantities for each draw in ``thetas`` (S, P) at rows ``X``."""
         raise NotImplementedError
 
+    def predict_mean(self, thetas, weights, X):
+        """``sum_s weights[s] * predict_draws(thetas)[s]``: the weighted average of the
+        per-draw predictive over a block of draws, shape ``predict_draws(...).shape[1:]``.
+
+        Models override it to avoid the (S, n, ...) stack where they can.
+        """
+        return np.tensordot(weights, self.predict_draws(thetas, X), axes=1)
+
+    def log_likelihood_draws(self, thetas, X, y):
+        """Per-observation log likelihood ``log p(y_i | x_i, theta_s)``, shape (S, n)."""
+        raise NotImplementedError
+
     def __sizeof__(self):
         # Count the data a model holds: sys.getsizeof (and so dask's sizeof, which joblib's
         # dask backend uses to decide what to scatter once to the workers) would otherwise

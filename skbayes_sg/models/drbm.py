@@ -498,3 +498,8 @@ class DRBMModel(Model):
         """Class probabilities under each draw, shape (S, n, C) (computed in row blocks)."""
         out = self.log_proba_draws(thetas, X)
         return np.exp(out, out=out)
+
+    def log_likelihood_draws(self, thetas, X, y):
+        """``log p(y_i | x_i, theta_s)``, shape (S, n), for class codes ``y``."""
+        out = self.log_proba_draws(thetas, X)
+        return out[:, np.arange(out.shape[1]), np.asarray(y, dtype=np.intp)]
