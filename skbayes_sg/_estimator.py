@@ -113,6 +113,26 @@ class BaseSGBayes(BaseEstimator):
     def _set_posterior_attributes(self, model):
         raise NotImplementedError
 
+    #: Whether :meth:`_run_length_summary` summarises the parameters (then ``fit`` reuses it
+    #: for ``diagnostics_``) rather than a quantity of the subclass's choosing.
+    _run_length_on_parameters = True
+    #: Bulk ESS at which ``n_iter="auto"`` stops.
+    _run_length_ess_target = _run_length.ESS_TARGET
+
+    def _curvature_point(self, chain_model, start):
+        """Where the ``"auto"`` step size measures the curvature when there is no MAP: the
+        first chain's start. The DRBM's random starts are far from where its chains
+        spend their time and override this."""
+        return start
+
+    def _run_length_summary(self, draws):
+        """The :func:`~skbayes_sg.diagnostics.summarize` that ``n_iter="auto"`` stops on, of
+        the draws ``(n_chains, n_draws, P)`` stored so far: the parameters' by default.
+        Subclasses whose parameters are not identified (the DRBM's hidden units can swap)
+        summarise a predictive quantity instead and set ``_run_length_on_parameters``
+        to False."""
+        return diagnostics.summarize(draws)
+
     # -- the fit loop --------------------------------------------------------------------
     def _laplace_start(self, sampler):
         """Whether the chains start at draws of the Laplace approximation at the MAP, with the
@@ -289,7 +309,8 @@ class BaseSGBayes(BaseEstimator):
             # Whitened at the MAP with the exact Hessian, the curvature there is 1.
             lam = 1.0 if geometry.preconditioner == "dense" else None
             curvature_at = (np.zeros(model.n_params) if geometry.L is not None
-                            else geometry.theta_map if geometry.theta_map is not None else starts[0])
+                            else geometry.theta_map if geometry.theta_map is not None
+                            else self._curvature_point(chain_model, starts[0]))
             if self.batch_size == "auto" and sigma_max and isinstance(sampler.step_size, str):
                 if lam is None:
                     lam = largest_curvature(chain_model, curvature_at)
@@ -361,14 +382,15 @@ class BaseSGBayes(BaseEstimator):
         runners = advance_chains(runners, chain_model, self.n_jobs, self.verbose)
         summary = None
         while self.n_iter == "auto":
-            summary = diagnostics.summarize(np.stack([r.kept_draws() for r in runners]))
-            nxt = _run_length.next_schedule(blocks[-1], summary, burn_in, max_draws, len(runners))
+            summary = self._run_length_summary(np.stack([r.kept_draws() for r in runners]))
+            nxt = _run_length.next_schedule(blocks[-1], summary, burn_in, max_draws, len(runners),
+                                            ess_target=self._run_length_ess_target)
             if nxt is None:
                 break
             blocks.append(nxt)
             runners = advance_chains([r.extend(nxt.n_iter, nxt.n_burn, nxt.eff_thin) for r in runners],
                                      chain_model, self.n_jobs, self.verbose)
-        return [r.result() for r in runners], summary, blocks
+        return [r.result() for r in runners], summary if self._run_length_on_parameters else None, blocks
 
     def _start_rng(self):
         """Generator of the chains' starting jitter, apart from the chains' own streams."""

@@ -337,12 +337,14 @@ class DRBMModel(Model):
             names += [f"c[{j}]" for j in range(H)] + [f"d[{k}]" for k in classes]
         return names
 
-    def random_point(self, rng):
-        """A random starting point: ``W``, ``U`` i.i.d. ``N(0, init_scale^2)``, biases zero.
+    def random_point(self, rng, scale=None):
+        """A random starting point: ``W``, ``U`` i.i.d. ``N(0, scale^2)``, biases zero.
 
         Parameters
         ----------
         rng : numpy.random.Generator
+        scale : float, optional
+            Standard deviation of the weights; default ``init_scale``.
 
         Returns
         -------
@@ -350,7 +352,7 @@ class DRBMModel(Model):
         """
         theta = np.zeros(self.n_params)
         n_w = self.n_hidden * (self.n_features + self.n_classes)
-        theta[:n_w] = self.init_scale * rng.standard_normal(n_w)
+        theta[:n_w] = (self.init_scale if scale is None else scale) * rng.standard_normal(n_w)
         return theta
 
     def initial_point(self):
