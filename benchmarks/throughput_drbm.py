@@ -10,13 +10,22 @@ its mean taken) and one product with the noise covariance ``Sigma v`` (two opera
 products), the two building blocks; and the operator's memory against the n x P matrix
 it replaces.
 
+The kernel's precision (``--dtype float64 float32``, the model's ``dtype``) is timed in
+turn, and ``--base PATH`` times the same on the package at ``PATH`` (a checkout of an
+earlier commit, in a subprocess, in the same run) so that before/after ratios come from
+one run on one machine state; rows carry ``"code": "base"`` or ``"head"``.
+
 Prints one JSON object per line; saves ``benchmarks/results/drbm_throughput.json``. Usage::
 
-    python benchmarks/throughput_drbm.py [--quick] [--h 0.02] [--A 10]
+    python benchmarks/throughput_drbm.py [--quick] [--h 0.02] [--A 10] [--base /tmp/base]
 """
 
 import argparse
+import inspect
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,7 +50,7 @@ def median_ms(fn, repeat):
     return 1e3 * float(np.median(times))
 
 
-def time_sampler(name, model, theta0, h, A, warmup, iters):
+def time_sampler(name, model, theta0, h, A, warmup, iters, tags):
     sampler = SAMPLERS[name](step_size=h, friction=A)
     rng = np.random.default_rng(0)
     target = MinibatchGradient(model, BATCH, "replacement")
@@ -54,8 +63,8 @@ def time_sampler(name, model, theta0, h, A, warmup, iters):
         t0 = time.perf_counter()
         state = sampler.step(state, target, rng)
         times.append(time.perf_counter() - t0)
-    out = {"benchmark": "throughput_drbm", "sampler": name, "h": h, "A": A, "ms_per_iter": 1e3 * float(np.median(times)),
-           "finite": bool(np.all(np.isfinite(state.theta)))}
+    out = {"benchmark": "throughput_drbm", **tags, "sampler": name, "h": h, "A": A,
+           "ms_per_iter": 1e3 * float(np.median(times)), "finite": bool(np.all(np.isfinite(state.theta)))}
     after = sampler.chain_summary(state)
     if "c_step_products_per_iter" in after:
         # Average over the timed iterations only (the summary averages over the whole run).
@@ -65,28 +74,26 @@ def time_sampler(name, model, theta0, h, A, warmup, iters):
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="20 warm-up and 20 timed iterations")
-    parser.add_argument("--warmup", type=int, default=100)
-    parser.add_argument("--iters", type=int, default=60)
-    parser.add_argument("--h", type=float, default=2e-2)
-    parser.add_argument("--A", type=float, default=10.0)
-    args = parser.parse_args()
-    warmup, iters = (20, 20) if args.quick else (args.warmup, args.iters)
-
+def measure(dtype, h, A, warmup, iters, code):
+    """Rows of one kernel precision: the building blocks, then each sampler's iteration."""
     data = np.load(DATA)
     X = data["X"][:N_TRAIN].astype(np.float64) / 15.0
     y = data["y"][:N_TRAIN].astype(np.intp)
-    model = DRBMModel(X, y, n_classes=26, n_hidden=H, random_state=0)
+    kw = {"dtype": dtype} if "dtype" in inspect.signature(DRBMModel).parameters else {}
+    if dtype != "float64" and not kw:
+        return []  # this code has no single-precision kernel
+    model = DRBMModel(X, y, n_classes=26, n_hidden=H, random_state=0, **kw)
+    tags = {"code": code, "dtype": dtype}
     theta0 = model.initial_point()
     rng = np.random.default_rng(1)
     idx = rng.integers(0, N_TRAIN, BATCH)
     grads = model.per_example_gradients(theta0, idx)
     v = rng.standard_normal(model.n_params)
     blocks = {
-        "benchmark": "throughput_drbm", "n_batch": BATCH, "n_params": model.n_params,
+        "benchmark": "throughput_drbm", **tags, "n_batch": BATCH, "n_params": model.n_params,
         "gradient_ms": median_ms(lambda: model.per_example_gradients(theta0, idx).mean(), 20),
+        "full_gradient_ms": median_ms(lambda: model.log_likelihood_and_grad(theta0), 5),
+        "predict_100_draws_ms": median_ms(lambda: model.log_proba_draws(np.tile(theta0, (100, 1)), X[:1000]), 3),
         "covariance_matvec_ms": median_ms(lambda: grads.covariance_matvec(v), 50),
         "operator_MB": (grads.A.nbytes + grads.a.nbytes + grads.r.nbytes + grads._a_op.nbytes
                         + grads._X_op.nbytes) / 1e6,
@@ -97,19 +104,62 @@ def main():
     by_name = {}
     for name in ("sghmc", "sgnht", "ccadl", "mccadl"):
         if name not in SAMPLERS:
-            print(json.dumps({"benchmark": "throughput_drbm", "sampler": name, "skipped": "not available"}))
             continue
-        r = time_sampler(name, model, theta0, args.h, args.A, warmup, iters)
+        r = time_sampler(name, model, theta0, h, A, warmup, iters, tags)
         by_name[name] = r
         rows.append(r)
         print(json.dumps(r), flush=True)
     if "sghmc" in by_name and "mccadl" in by_name:
-        ratio = {"benchmark": "throughput_drbm", "ratio_mccadl_to_sghmc":
+        ratio = {"benchmark": "throughput_drbm", **tags, "ratio_mccadl_to_sghmc":
                  by_name["mccadl"]["ms_per_iter"] / by_name["sghmc"]["ms_per_iter"], "goal": 3.0}
         rows.append(ratio)
         print(json.dumps(ratio), flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "drbm_throughput.json").write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="20 warm-up and 20 timed iterations")
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--iters", type=int, default=60)
+    parser.add_argument("--h", type=float, default=2e-2)
+    parser.add_argument("--A", type=float, default=10.0)
+    parser.add_argument("--dtype", nargs="+", default=["float64", "float32"])
+    parser.add_argument("--base", help="package root of an earlier commit, timed in the same run")
+    parser.add_argument("--code", default="head", help=argparse.SUPPRESS)
+    parser.add_argument("--no-save", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    warmup, iters = (20, 20) if args.quick else (args.warmup, args.iters)
+    # One BLAS thread, as the estimator's chains run: on a shared machine threads only add noise.
+    from threadpoolctl import threadpool_limits
+
+    rows = []
+    with threadpool_limits(limits=1, user_api="blas"):
+        if args.base:
+            env = {**os.environ, "PYTHONPATH": args.base}
+            cmd = [sys.executable, __file__, "--code", "base", "--no-save", "--dtype", "float64",
+                   "--warmup", str(warmup), "--iters", str(iters), "--h", str(args.h), "--A", str(args.A)]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            for line in out.stdout.splitlines():
+                rows.append(json.loads(line))
+                print(line, flush=True)
+        for dtype in args.dtype:
+            rows += measure(dtype, args.h, args.A, warmup, iters, args.code)
+    if args.base:
+        base = {r["sampler"]: r for r in rows if r.get("code") == "base" and "sampler" in r}
+        base_blocks = next(r for r in rows if r.get("code") == "base" and "gradient_ms" in r)
+        for r in [r for r in rows if r.get("code") == "head" and "gradient_ms" in r]:
+            speedup = {"benchmark": "throughput_drbm", "speedup_vs_base": r["dtype"],
+                       **{k: base_blocks[k] / r[k] for k in ("gradient_ms", "full_gradient_ms", "predict_100_draws_ms")}}
+            speedup.update({f"{name}_iter": base[name]["ms_per_iter"] / h["ms_per_iter"]
+                            for name, h in ((r2["sampler"], r2) for r2 in rows
+                                            if r2.get("code") == "head" and r2.get("dtype") == r["dtype"]
+                                            and "sampler" in r2) if name in base})
+            rows.append(speedup)
+            print(json.dumps(speedup), flush=True)
+    if not args.no_save:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "drbm_throughput.json").write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
