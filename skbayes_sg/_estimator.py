@@ -116,8 +116,12 @@ class BaseSGBayes(BaseEstimator):
     #: Whether :meth:`_run_length_summary` summarises the parameters (then ``fit`` reuses it
     #: for ``diagnostics_``) rather than a quantity of the subclass's choosing.
     _run_length_on_parameters = True
-    #: Bulk ESS at which ``n_iter="auto"`` stops.
+    #: Bulk ESS at which ``n_iter="auto"`` stops, and its ceiling (None: ``MAX_ITER``).
     _run_length_ess_target = _run_length.ESS_TARGET
+    _run_length_max_iter = None
+    #: What ``batch_size="auto"`` and ``max_draws="auto"`` resolve to (see the constants).
+    _auto_batch_size = AUTO_BATCH_SIZE
+    _auto_max_draws = AUTO_MAX_DRAWS
 
     def _curvature_point(self, chain_model, start):
         """Where the ``"auto"`` step size measures the curvature when there is no MAP: the
@@ -162,7 +166,7 @@ class BaseSGBayes(BaseEstimator):
             burn_in = getattr(sampler, "_laplace_burn_in", AUTO_BURN_IN) if laplace else AUTO_BURN_IN
         max_draws = self.max_draws
         if isinstance(max_draws, str):
-            max_draws = AUTO_MAX_DRAWS
+            max_draws = self._auto_max_draws
             if getattr(sampler, "_store_every_draw", False):
                 max_draws = max(AUTO_MAX_DRAWS, AUTO_DRAW_FLOATS // (self.n_chains * max(n_params, 1)))
         return burn_in, min_adaptation, max_draws
@@ -202,7 +206,7 @@ class BaseSGBayes(BaseEstimator):
         if self.batch_size == "auto":
             if n_samples * n_params <= FULL_DATA_WORK:
                 return None
-            return min(AUTO_BATCH_SIZE, n_samples)
+            return min(self._auto_batch_size, n_samples)
         if self.batch_size > n_samples:
             warnings.warn(
                 f"batch_size={self.batch_size} is larger than the number of samples ({n_samples}); "
@@ -384,7 +388,7 @@ class BaseSGBayes(BaseEstimator):
         while self.n_iter == "auto":
             summary = self._run_length_summary(np.stack([r.kept_draws() for r in runners]))
             nxt = _run_length.next_schedule(blocks[-1], summary, burn_in, max_draws, len(runners),
-                                            ess_target=self._run_length_ess_target)
+                                            max_iter=self._run_length_max_iter, ess_target=self._run_length_ess_target)
             if nxt is None:
                 break
             blocks.append(nxt)

@@ -179,3 +179,25 @@ def test_auto_step_measures_the_curvature_where_the_network_fits_the_data():
     assert model.log_posterior_and_grad(point)[0] > model.log_posterior_and_grad(start)[0]
     assert clf.diagnostics_["lambda_max"] == pytest.approx(largest_curvature(model, point), rel=0.05)
     assert clf.diagnostics_["lambda_max"] < 0.8 * at_start
+
+
+def test_auto_defaults_resolve_to_the_drbm_values_and_the_ceiling_warns(monkeypatch):
+    from skbayes_sg import drbm
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, size=(1000, 64)), rng.integers(0, 10, size=1000)
+    clf = SGBayesDRBMClassifier(n_iter=3, n_chains=1, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(X, y)
+    # N P = 1,000 x 3,760: minibatches of AUTO_BATCH_SIZE; 250 draws per chain at most.
+    assert clf.diagnostics_["batch_size"] == drbm.AUTO_BATCH_SIZE == 100
+    assert clf._run_policy(clf._sampler, clf.samples_.shape[-1])[2] == drbm.AUTO_MAX_DRAWS == 250
+    # n_iter="auto" stops at the DRBM's ceiling and says so when the predictive lags.
+    monkeypatch.setattr(SGBayesDRBMClassifier, "_run_length_max_iter", 1200)
+    Xm, ym = _moons()
+    slow = SGBayesDRBMClassifier(n_hidden=2, sampler=SGHMC(step_size=0.002), n_chains=2, batch_size=None,
+                                 random_state=0)
+    with pytest.warns(ConvergenceWarning, match="stopped at its ceiling of 1200"):
+        slow.fit(Xm, ym)
+    assert slow.n_iter_ == 1200 and slow.diagnostics_["n_iter_blocks"] == [1000, 1200]
