@@ -36,7 +36,7 @@ X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.4, random_
 # The hidden units can be permuted without changing the likelihood, so R-hat of the
 # weights across chains is large by construction (see the class's Notes); the estimator
 # judges convergence on the per-draw training log loss instead (diagnostics_
-# "predictive_rhat" and "predictive_ess"), which this short run does not reach.
+# "predictive_rhat" and "predictive_ess", printed below).
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", ConvergenceWarning)
     drbm = SGBayesDRBMClassifier(n_hidden=32, sampler="mccadl", batch_size=100, n_iter=N_ITER, n_chains=2,
