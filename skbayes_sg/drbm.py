@@ -11,7 +11,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import diagnostics
 from ._classifier import BaseSGBayesClassifier
-from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
+from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX, required_growth
 from .linear_model import _ATTR_DOC, _COMMON_DOC, _SparseInput
 from .models.drbm import DRBMModel
 
@@ -373,6 +373,12 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
                     f"the bulk and tail ESS of the per-draw training log loss are {ess:.0f} and {ess_tail:.0f}, "
                     f"below {floor} ({ESS_MIN_PER_CHAIN} per chain): the predictive's Monte Carlo error is not "
                     "yet reliable. Increase n_iter.")
+        if messages and np.isfinite(ess):
+            # ESS grows about linearly with the run (the rule of n_iter="auto").
+            growth = required_growth({"ess_bulk": [ess], "ess_tail": [ess_tail], "rhat": [rhat]},
+                                     self.samples_.shape[0], self._run_length_ess_target)
+            suggest = int(np.ceil(self.n_iter_ * max(growth, 1.25) / 1000.0)) * 1000
+            messages.append(f"about n_iter={suggest} would reach it")
         if messages and self.n_iter == "auto" and "n_iter_blocks" in diag:
             messages.append(
                 f"n_iter='auto' stopped at its ceiling of {diag['n_iter_blocks'][-1]} iterations per chain: the "

@@ -198,6 +198,12 @@ def test_auto_defaults_resolve_to_the_drbm_values_and_the_ceiling_warns(monkeypa
     Xm, ym = _moons()
     slow = SGBayesDRBMClassifier(n_hidden=2, sampler=SGHMC(step_size=0.002), n_chains=2, batch_size=None,
                                  random_state=0)
-    with pytest.warns(ConvergenceWarning, match="stopped at its ceiling of 1200"):
+    with pytest.warns(ConvergenceWarning, match="stopped at its ceiling of 1200") as record:
         slow.fit(Xm, ym)
+    # ...and names the run length that would reach the targets, from the ESS it got.
+    d = slow.diagnostics_
+    message = str(record[0].message)
+    suggested = int(message.split("about n_iter=")[1].split(" ")[0])
+    ratio = 100 * 2 / min(d["predictive_ess"], d["predictive_ess_tail"])
+    assert suggested >= 1200 * min(ratio, 1.25) and suggested <= 1200 * max(1.1 * ratio, 2.0) + 1000
     assert slow.n_iter_ == 1200 and slow.diagnostics_["n_iter_blocks"] == [1000, 1200]
