@@ -29,11 +29,14 @@ is dense whatever X is.
 
 Numerics: the ``(n, H, C)`` pre-activations are processed in blocks of rows that fit in
 cache (every elementwise pass then stays out of main memory, which halves the cost on
-letter), with ``softplus(o) = max(o, 0) + log(1 + e^-|o|)`` and
-``sigmoid(o) = e^min(o, 0) / (1 + e^-|o|)``, both stable for any ``o``; the sum over
-hidden units of ``log(1 + e^-|o|)`` is the log of a product of factors in (1, 2], taken
-over groups of at most 512 units so that it cannot overflow. Class probabilities use a
-stable log-sum-exp.
+letter), laid out (rows, C, H) so that broadcasts and sums over hidden units run along
+contiguous rows. One ``tanh`` of ``u = o / 2`` gives both
+``softplus(o) = u + |u| + log 2 - log(1 + |tanh u|)`` and ``sigmoid(o) = (1 + tanh u) / 2``,
+stable for any ``o`` (``1 + |tanh u|`` lies in [1, 2]), where the textbook forms need an
+exponential and a logarithm each; ``sum_j u_jy`` is summed before broadcasting. Class
+probabilities use a stable log-sum-exp. The elementwise passes run in the model's
+``dtype`` (single precision halves their memory traffic and doubles their SIMD width);
+the input-layer product, the log-sum-exp and the gradient sums stay double.
 """
 
 import numpy as np
