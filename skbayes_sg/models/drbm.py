@@ -35,8 +35,9 @@ contiguous rows. One ``tanh`` of ``u = o / 2`` gives both
 stable for any ``o`` (``1 + |tanh u|`` lies in [1, 2]), where the textbook forms need an
 exponential and a logarithm each; ``sum_j u_jy`` is summed before broadcasting. Class
 probabilities use a stable log-sum-exp. The elementwise passes run in the model's
-``dtype`` (single precision halves their memory traffic and doubles their SIMD width);
-the input-layer product, the log-sum-exp and the gradient sums stay double.
+``dtype`` (single precision halves their memory traffic and doubles their SIMD width),
+with the sums within a block of rows; the input-layer product ``X W'``, the free energies'
+log-sum-exp, the sums across blocks and the products with ``X`` stay double.
 """
 
 import numpy as np
