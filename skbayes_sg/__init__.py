@@ -5,7 +5,7 @@
 """
 
 from .drbm import SGBayesDRBMClassifier
-from .exceptions import DivergenceError, GradientNoiseWarning
+from .exceptions import DivergenceError, FitInterruptedWarning, GradientNoiseWarning
 from .linear_model import SGBayesLinearRegression, SGBayesLogisticRegression
 
 __version__ = "0.1.0"
@@ -16,5 +16,6 @@ __all__ = [
     "SGBayesDRBMClassifier",
     "DivergenceError",
     "GradientNoiseWarning",
+    "FitInterruptedWarning",
     "__version__",
 ]

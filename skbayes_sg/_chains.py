@@ -6,6 +6,8 @@ one ``SeedSequence``, so the draws are bit-identical whatever ``n_jobs`` is.
 """
 
 import pickle
+import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +29,31 @@ from .minibatch import ControlVariateGradient, MinibatchGradient
 # so a stored draw can never be non-finite without the fit raising (checking each stored
 # draw as well cost ~5% of an unthinned gadMALA fit).
 _CHECK_EVERY = 16
+
+#: Wall time a round of :func:`advance_chains` aims at. The chains advance in rounds so that
+#: an interrupt (Ctrl-C) finds, in the calling process, every chain as it was at the end of
+#: the last round even when the chains run in joblib worker processes; a round costs one
+#: dispatch and the runners' round trip (``benchmarks/chunked_rounds.py``), so rounds of a
+#: second or more keep that to about a percent, and an interrupt loses at most one round.
+ROUND_SECONDS = 1.0
+#: Iterations of the first round, before the chains' speed is known; a round is at most
+#: ``_MAX_ROUND_GROWTH`` times the one before it.
+_FIRST_ROUND = 64
+_MAX_ROUND_GROWTH = 4
+
+
+class ChainsInterrupted(KeyboardInterrupt):
+    """A ``KeyboardInterrupt`` that arrived while chains advanced, carrying the runners.
+
+    ``runners`` are the chains as the calling process last had them: those returned by the
+    last completed round when they ran in worker processes, or the chains themselves,
+    one possibly stopped part-way through an iteration (``ChainRunner.busy``), when they
+    ran in this process.
+    """
+
+    def __init__(self, runners):
+        super().__init__()
+        self.runners = runners
 
 
 @dataclass
@@ -78,33 +105,55 @@ class ChainRunner:
         Centre of the control-variate gradient estimator and the full-data log-likelihood
         gradient there (:class:`~.minibatch.ControlVariateGradient`); None for plain
         minibatch gradients.
+    progress : dict, optional
+        :meth:`progress` of an earlier run of this chain, with ``start`` its final state:
+        the chain continues exactly where that run stopped (its generator, minibatch
+        queue, iteration count, burn-in, adaptation and thinning grid), so that running in
+        parts gives the draws of one run. ``n_iter`` then counts from that run's start,
+        ``n_burn`` and ``seed`` are ignored, and the draws stored are those from the
+        continuation's start on the thinning grid, coarsened (by a whole factor) if
+        ``max_draws`` draws since the burn-in would be exceeded.
 
     The chain runs in the model's coordinates; a model with a ``to_theta`` map (a
     :class:`~.models.WhitenedModel`) has its draws stored in ``theta``.
     """
 
     def __init__(self, sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                 seed, step_size=None, control_variate=None):
+                 seed, step_size=None, control_variate=None, progress=None):
         self.sampler = sampler
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed) if progress is None else _generator(progress["rng"])
         if control_variate is None:
             self.target = MinibatchGradient(model, batch_size, batch_scheme)
         else:
             self.target = ControlVariateGradient(model, batch_size, batch_scheme, *control_variate)
+        if progress is not None:
+            self.target.restore_queue(progress["queue"])
         if hasattr(start, "theta"):
             self.state = start
         else:
             self.state = sampler.init_state(start, self.target, self.rng, step_size)
-        self.n_iter, self.n_burn = n_iter, n_burn
-        # Adaptation ends where the first schedule's burn-in ends; an extended run may
-        # discard more (``extend``) but never adapts again.
-        self.n_adapt = n_burn
-        self.eff_thin, n_draws = draw_schedule(n_iter, n_burn, thin, max_draws)
+        if progress is None:
+            self.t = 0  # iterations done
+            self.n_burn = n_burn
+            # Adaptation ends where the first schedule's burn-in ends; an extended run may
+            # discard more (``extend``) but never adapts again.
+            self.n_adapt = n_burn
+            self.eff_thin = draw_schedule(n_iter, n_burn, thin, max_draws)[0]
+        else:
+            self.t, self.n_burn, self.n_adapt = progress["t"], progress["n_burn"], progress["n_adapt"]
+            # The grid continues; coarsened by a whole factor when the record since burn-in
+            # would exceed max_draws, which keeps the draws stored before on the new grid.
+            prev = progress["eff_thin"]
+            need = draw_schedule(n_iter, self.n_burn, thin, max_draws)[0]
+            self.eff_thin = prev * max(1, -(-need // prev))
+        self.n_iter = n_iter
+        self.t0 = self.t  # iteration this run started at: draws before it are not stored here
+        n_draws = self._n_grid(n_iter)
         self.draws = np.empty((n_draws, model.n_params))
         self.stats = np.empty((n_draws, len(sampler._stat_names)))
-        self.t = 0  # iterations done
         self.k = 0  # draws stored
-        if n_burn == 0:
+        self.busy = False  # inside advance (left True if an interrupt stopped it mid-iteration)
+        if n_burn == 0 and progress is None:
             sampler.end_adaptation(self.state)
 
     def __reduce__(self):
@@ -118,6 +167,33 @@ class ChainRunner:
     @property
     def done(self):
         return self.t >= self.n_iter
+
+    def _first_kept(self, n_burn=None, eff_thin=None):
+        """The first iteration on the grid (``n_burn``, ``eff_thin``) at or after ``t0``."""
+        n_burn = self.n_burn if n_burn is None else n_burn
+        eff_thin = self.eff_thin if eff_thin is None else eff_thin
+        first = n_burn + eff_thin - 1
+        if self.t0 > first:
+            first += -(-(self.t0 - first) // eff_thin) * eff_thin
+        return first
+
+    def _n_grid(self, n_iter, n_burn=None, eff_thin=None):
+        """Grid iterations in ``[t0, n_iter)``: the draws this run stores."""
+        eff_thin = self.eff_thin if eff_thin is None else eff_thin
+        return len(range(self._first_kept(n_burn, eff_thin), n_iter, eff_thin))
+
+    def progress(self):
+        """What the chain's future depends on besides its sampler state, as plain values.
+
+        A dict of the generator's state (``numpy`` ``bit_generator.state``), the minibatch
+        queue (:meth:`~.minibatch.MinibatchGradient.queue_state`), the iterations done
+        ``t``, the burn-in ``n_burn`` and adaptation length ``n_adapt``, and the thinning
+        ``eff_thin``: with the state, a :class:`ChainRunner` built with ``progress=``
+        continues the chain bit-identically, in this process or after a pickle or skops
+        round trip. The stored draws are not in it (the estimator keeps them).
+        """
+        return {"rng": self.rng.bit_generator.state, "queue": self.target.queue_state(), "t": int(self.t),
+                "n_burn": int(self.n_burn), "n_adapt": int(self.n_adapt), "eff_thin": int(self.eff_thin)}
 
     def extend(self, n_iter, n_burn, eff_thin):
         """Lengthen the run to ``n_iter`` iterations, discarding the first ``n_burn``.
@@ -133,9 +209,9 @@ class ChainRunner:
             raise ValueError(
                 f"cannot extend a chain at iteration {self.t} (burn-in {self.n_burn}, thinning {self.eff_thin}) to "
                 f"n_iter={n_iter}, n_burn={n_burn}, thinning {eff_thin}.")
-        iteration = self.n_burn + (np.arange(self.k) + 1) * self.eff_thin - 1
+        iteration = self._first_kept() + np.arange(self.k) * self.eff_thin
         on_grid = (iteration >= n_burn) & ((iteration + 1 - n_burn) % eff_thin == 0)
-        n_draws = (n_iter - n_burn) // eff_thin
+        n_draws = self._n_grid(n_iter, n_burn, eff_thin)
         draws = np.empty((n_draws, self.draws.shape[1]))
         stats = np.empty((n_draws, self.stats.shape[1]))
         k = int(on_grid.sum())
@@ -152,8 +228,9 @@ class ChainRunner:
         """Run up to ``n_steps`` more iterations (all remaining if None); return self."""
         sampler, state, target, rng = self.sampler, self.state, self.target, self.rng
         stop = self.n_iter if n_steps is None else min(self.n_iter, self.t + n_steps)
-        first_kept = self.n_burn + self.eff_thin - 1
+        first_kept = self._first_kept()
         n_draws = self.draws.shape[0]
+        self.busy = True
         to_theta = getattr(target.model, "to_theta", None)
         # A diverging chain overflows before it is caught; the DivergenceError says so, so
         # numpy's overflow warnings would only be noise.
@@ -171,17 +248,27 @@ class ChainRunner:
                     self.k += 1
         _check_finite(state, sampler, stop - 1)
         self.state, self.t = state, stop
+        self.busy = False
         return self
 
-    def result(self):
-        """The finished chain's :class:`ChainResult`."""
+    def result(self, n_draws=None):
+        """The chain's :class:`ChainResult`, with its first ``n_draws`` stored draws (default:
+        all; fewer for a run cut short)."""
+        n_draws = self.draws.shape[0] if n_draws is None else n_draws
         return ChainResult(
-            draws=self.draws,
-            stats={name: self.stats[:, j] for j, name in enumerate(self.sampler._stat_names)},
+            draws=self.draws[:n_draws],
+            stats={name: self.stats[:n_draws, j] for j, name in enumerate(self.sampler._stat_names)},
             state=self.state,
             n_grad_evals=self.target.n_grad_evals,
             summary=self.sampler.chain_summary(self.state),
         )
+
+
+def _generator(state):
+    """A ``numpy.random.Generator`` in the given ``bit_generator.state``."""
+    rng = np.random.Generator(getattr(np.random, state["bit_generator"])())
+    rng.bit_generator.state = state
+    return rng
 
 
 def _unpickle_runner(state):
@@ -231,35 +318,58 @@ def _advance(runner, model, n_steps):
 
 
 def start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme, seeds,
-                 step_size=None, control_variate=None):
+                 step_size=None, control_variate=None, progress=None):
     """One :class:`ChainRunner` per start, not yet advanced (the model is detached from
-    them: :func:`advance_chains` passes it to each task)."""
+    them: :func:`advance_chains` passes it to each task). ``progress``: one
+    :meth:`ChainRunner.progress` per start, to continue those chains exactly."""
+    progress = [None] * len(starts) if progress is None else progress
     runners = [ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                           seed, step_size, control_variate) for start, seed in zip(starts, seeds)]
+                           seed, step_size, control_variate, prog)
+               for start, seed, prog in zip(starts, seeds, progress)]
     for r in runners:
         r.target.model = None
     return runners
 
 
-def advance_chains(runners, model, n_jobs=None, verbose=0):
+def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     """Advance every runner to its ``n_iter`` in parallel with joblib; runners in chain order.
 
-    With ``verbose > 0`` the chains advance in chunks of about a twentieth of the
-    remaining iterations and a progress bar across all chains is updated between chunks
-    (the chains' own randomness travels with them, so the draws are the same as in one
-    call).
+    The chains advance in rounds of about ``round_seconds`` (default
+    :data:`ROUND_SECONDS`) of wall time, sized from the speed of the round before. Between
+    rounds the calling process holds every chain as it stands, so a ``KeyboardInterrupt``
+    (Ctrl-C) raises :class:`ChainsInterrupted` carrying them, whatever the backend. With
+    ``verbose > 0`` rounds are also at most a twentieth of the remaining iterations and a
+    progress bar across all chains is updated between them. The chains' own randomness
+    travels with them, so the draws are the same however the run is cut in rounds.
     """
-    if not verbose:
-        return Parallel(n_jobs=n_jobs)(delayed(_advance)(r, model, None) for r in runners)
+    round_seconds = ROUND_SECONDS if round_seconds is None else round_seconds
     remaining = max(r.n_iter - r.t for r in runners)
-    chunk = max(1, -(-remaining // 20))
-    sampler = runners[0].sampler
-    with Parallel(n_jobs=n_jobs) as parallel, progress_bar(
-            sum(r.n_iter - r.t for r in runners), f"{type(sampler).__name__}, {len(runners)} chains") as bar:
-        while not all(r.done for r in runners):
-            before = sum(r.t for r in runners)
-            runners = parallel(delayed(_advance)(r, model, chunk) for r in runners)
-            bar.update(sum(r.t for r in runners) - before)
+    if remaining <= 0:
+        return runners
+    chunk = min(remaining, getattr(runners[0], "round_hint", _FIRST_ROUND))
+    cap = max(1, -(-remaining // 20)) if verbose else remaining
+    bar = progress_bar(sum(r.n_iter - r.t for r in runners),
+                       f"{type(runners[0].sampler).__name__}, {len(runners)} chains") if verbose else nullcontext()
+    try:
+        with Parallel(n_jobs=n_jobs) as parallel, bar as bar:
+            while not all(r.done for r in runners):
+                step = max(1, min(chunk, cap))
+                before = sum(r.t for r in runners)
+                tic = time.perf_counter()
+                runners = parallel(delayed(_advance)(r, model, step) for r in runners)
+                elapsed = time.perf_counter() - tic
+                if verbose:
+                    bar.update(sum(r.t for r in runners) - before)
+                if np.isfinite(round_seconds):
+                    # Iterations that take about round_seconds at the speed just measured.
+                    target = step * round_seconds / elapsed if elapsed > 0 else np.inf
+                    chunk = int(max(1, min(_MAX_ROUND_GROWTH * step, target)))
+                else:
+                    chunk = remaining
+    except KeyboardInterrupt:
+        raise ChainsInterrupted(runners) from None
+    for r in runners:
+        r.round_hint = chunk
     return runners
 
 
