@@ -36,8 +36,8 @@ _CHECK_EVERY = 16
 #: dispatch and the runners' round trip (``benchmarks/chunked_rounds.py``), so rounds of a
 #: second or more keep that to about a percent, and an interrupt loses at most one round.
 ROUND_SECONDS = 1.0
-#: Iterations of the first round, before the chains' speed is known; a round is at most
-#: ``_MAX_ROUND_GROWTH`` times the one before it.
+#: Iterations of the first round, before the chains' speed is known, and the fewest of any
+#: round; a round is at most ``_MAX_ROUND_GROWTH`` times the one before it.
 _FIRST_ROUND = 64
 _MAX_ROUND_GROWTH = 4
 
@@ -148,9 +148,10 @@ class ChainRunner:
             self.eff_thin = prev * max(1, -(-need // prev))
         self.n_iter = n_iter
         self.t0 = self.t  # iteration this run started at: draws before it are not stored here
-        n_draws = self._n_grid(n_iter)
-        self.draws = np.empty((n_draws, model.n_params))
-        self.stats = np.empty((n_draws, len(sampler._stat_names)))
+        self.n_draws = self._n_grid(n_iter)
+        self.draws = np.empty((self.n_draws, model.n_params))
+        self.stats = np.empty((self.n_draws, len(sampler._stat_names)))
+        self.k0 = 0  # draw held in the buffer's first row (see detach_draws)
         self.k = 0  # draws stored
         self.busy = False  # inside advance (left True if an interrupt stopped it mid-iteration)
         if n_burn == 0 and progress is None:
@@ -216,7 +217,7 @@ class ChainRunner:
         stats = np.empty((n_draws, self.stats.shape[1]))
         k = int(on_grid.sum())
         draws[:k], stats[:k] = self.draws[:self.k][on_grid], self.stats[:self.k][on_grid]
-        self.draws, self.stats, self.k = draws, stats, k
+        self.draws, self.stats, self.k, self.n_draws = draws, stats, k, n_draws
         self.n_iter, self.n_burn, self.eff_thin = n_iter, n_burn, eff_thin
         return self
 
@@ -229,7 +230,7 @@ class ChainRunner:
         sampler, state, target, rng = self.sampler, self.state, self.target, self.rng
         stop = self.n_iter if n_steps is None else min(self.n_iter, self.t + n_steps)
         first_kept = self._first_kept()
-        n_draws = self.draws.shape[0]
+        n_draws, k0 = self.n_draws, self.k0
         self.busy = True
         to_theta = getattr(target.model, "to_theta", None)
         # A diverging chain overflows before it is caught; the DivergenceError says so, so
@@ -237,18 +238,43 @@ class ChainRunner:
         with np.errstate(over="ignore", invalid="ignore"):
             for t in range(self.t, stop):
                 state = sampler.step(state, target, rng)
+                self.t = t + 1  # for an interrupt's report; the state is saved at the end
                 if t + 1 == self.n_adapt:
                     sampler.end_adaptation(state)
                 keep = t >= first_kept and (t - first_kept) % self.eff_thin == 0 and self.k < n_draws
                 if t % _CHECK_EVERY == 0:
                     _check_finite(state, sampler, t)
                 if keep:
-                    self.draws[self.k] = state.theta if to_theta is None else to_theta(state.theta)
-                    self.stats[self.k] = sampler.sample_stats(state)
+                    self.draws[self.k - k0] = state.theta if to_theta is None else to_theta(state.theta)
+                    self.stats[self.k - k0] = sampler.sample_stats(state)
                     self.k += 1
         _check_finite(state, sampler, stop - 1)
         self.state, self.t = state, stop
         self.busy = False
+        return self
+
+    def detach_draws(self, n_steps):
+        """Swap the draw buffer for one that holds only the next ``n_steps`` iterations' draws.
+
+        Returns the full buffer, for :meth:`attach_draws`. A round of
+        :func:`advance_chains` then ships only its own draws to and from a worker
+        process, not every draw so far (which made a long run with ``max_draws=None``
+        quadratic in its length).
+        """
+        held = (self.draws, self.stats, self.k0)
+        n = min(self.n_draws - self.k, -(-n_steps // self.eff_thin) + 1)
+        self.draws = np.empty((n, held[0].shape[1]))
+        self.stats = np.empty((n, held[1].shape[1]))
+        self.k0 = self.k
+        return held
+
+    def attach_draws(self, held):
+        """Copy the draws of the round buffer into the full buffer ``held``; return self."""
+        draws, stats, k0 = held
+        n = self.k - self.k0
+        draws[self.k0 - k0:self.k - k0] = self.draws[:n]
+        stats[self.k0 - k0:self.k - k0] = self.stats[:n]
+        self.draws, self.stats, self.k0 = draws, stats, k0
         return self
 
     def result(self, n_draws=None):
@@ -356,14 +382,24 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
                 step = max(1, min(chunk, cap))
                 before = sum(r.t for r in runners)
                 tic = time.perf_counter()
-                runners = parallel(delayed(_advance)(r, model, step) for r in runners)
+                held = [r.detach_draws(step) for r in runners]
+                try:
+                    advanced = parallel(delayed(_advance)(r, model, step) for r in runners)
+                except KeyboardInterrupt:
+                    # In this process the runners advanced in place, in worker processes
+                    # not at all: either way they keep the draws they hold.
+                    runners = [r.attach_draws(h) for r, h in zip(runners, held)]
+                    raise
+                runners = [r.attach_draws(h) for r, h in zip(advanced, held)]
                 elapsed = time.perf_counter() - tic
                 if verbose:
                     bar.update(sum(r.t for r in runners) - before)
                 if np.isfinite(round_seconds):
-                    # Iterations that take about round_seconds at the speed just measured.
+                    # Iterations that take about round_seconds at the speed just measured;
+                    # never below the first round, whose time can include starting the
+                    # worker processes.
                     target = step * round_seconds / elapsed if elapsed > 0 else np.inf
-                    chunk = int(max(1, min(_MAX_ROUND_GROWTH * step, target)))
+                    chunk = int(max(_FIRST_ROUND, min(_MAX_ROUND_GROWTH * step, target)))
                 else:
                     chunk = remaining
     except KeyboardInterrupt:
