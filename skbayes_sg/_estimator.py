@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 from . import diagnostics
 from . import _run_length
 from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
-from ._chains import ChainsInterrupted, advance_chains, draw_schedule, start_chains
+from ._chains import advance_chains, draw_schedule, start_chains
 from .exceptions import FitInterruptedWarning, GradientNoiseWarning
 from ._geometry import Geometry, build_geometry, noise_probe
 from .minibatch import BATCH_SCHEMES
@@ -222,7 +222,9 @@ class BaseSGBayes(BaseEstimator):
     def _seeds(self, fit_round):
         rs = self.random_state
         entropy = rs if isinstance(rs, Integral) else check_random_state(rs).randint(2**31 - 1)
-        # A continuation (warm_start) gets fresh streams, not a replay of the first fit's.
+        # A partial_fit call (or the continuation of an estimator saved without its chains'
+        # progress) gets fresh streams, not a replay of the first fit's; a warm_start fit
+        # carries on the chains' own streams instead (ChainRunner.progress).
         return np.random.SeedSequence([int(entropy), int(fit_round)]).spawn(self.n_chains)
 
     # One BLAS thread for the whole fit, as the chains already run (_chains._advance): the
@@ -415,14 +417,17 @@ class BaseSGBayes(BaseEstimator):
                 n_burn = nxt.n_burn if progress is None else runners[0].n_burn
                 runners = advance_chains([r.extend(t0 + nxt.n_iter, n_burn, nxt.eff_thin) for r in runners],
                                          chain_model, self.n_jobs, self.verbose)
-        except ChainsInterrupted as exc:
-            runners = exc.runners
+        except KeyboardInterrupt as exc:
+            # ChainsInterrupted carries the chains as the last round left them; an interrupt
+            # between rounds (the diagnostics of n_iter="auto") finds them in `runners`.
+            runners = getattr(exc, "runners", runners)
             n_draws = min(r.k for r in runners)
             t = min(r.t for r in runners)
-            # Chains that all stopped between iterations at one count (rounds run in
-            # worker processes) can be continued exactly; otherwise their draws are cut to a
-            # common length and they cannot.
-            aligned = not any(r.busy for r in runners) and all(r.t == t for r in runners)
+            # Chains that all stopped between iterations at one count and on one grid
+            # (rounds run in worker processes) can be continued exactly; otherwise their
+            # draws are cut to a common length and they cannot.
+            aligned = (not any(r.busy for r in runners)
+                       and len({(r.t, r.n_iter, r.n_burn, r.eff_thin) for r in runners}) == 1)
             interrupted = {"exception": exc, "n_draws": n_draws, "iteration": t, "n_iter": runners[0].n_iter}
             return _Runs([r.result(n_draws) for r in runners], None, blocks, interrupted, t0, t,
                          runners[0].eff_thin, [r.state for r in runners] if aligned else None,
@@ -464,7 +469,7 @@ class BaseSGBayes(BaseEstimator):
         """
         theta0 = self._initial_points(model)[0]
         draws, weights, diag = sampler.run(model, theta0, self._seeds(0)[0], self.n_jobs, batch_size)
-        self._chain_states = None
+        self._chain_states = self._chain_progress = None
         self._fit_round = 0
         self._sampler = sampler
         self.samples_ = np.asarray(draws)[None]
