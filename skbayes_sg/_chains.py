@@ -11,7 +11,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, effective_n_jobs
 from threadpoolctl import threadpool_limits
 
 try:
@@ -30,12 +30,15 @@ from .minibatch import ControlVariateGradient, MinibatchGradient
 # draw as well cost ~5% of an unthinned gadMALA fit).
 _CHECK_EVERY = 16
 
-#: Wall time a round of :func:`advance_chains` aims at. The chains advance in rounds so that
-#: an interrupt (Ctrl-C) finds, in the calling process, every chain as it was at the end of
-#: the last round even when the chains run in joblib worker processes; a round costs one
-#: dispatch and the runners' round trip (``benchmarks/chunked_rounds.py``), so rounds of a
-#: second or more keep that to about a percent, and an interrupt loses at most one round.
+#: Wall time a round of :func:`advance_chains` aims at, at least. The chains advance in rounds
+#: so that an interrupt (Ctrl-C) finds, in the calling process, every chain as it was at the
+#: end of the last round even when the chains run in joblib worker processes; an interrupt
+#: loses at most one round of work.
 ROUND_SECONDS = 1.0
+#: A round costs one dispatch and the runners' round trip to the workers (tens of ms on
+#: a9a, ``benchmarks/chunked_rounds.py``): rounds are lengthened until that measured cost is
+#: at most this fraction of a round.
+ROUND_OVERHEAD = 0.02
 #: Iterations of the first round, before the chains' speed is known, and the fewest of any
 #: round; a round is at most ``_MAX_ROUND_GROWTH`` times the one before it.
 _FIRST_ROUND = 64
@@ -337,7 +340,9 @@ def _advance(runner, model, n_steps):
         # random_state would not give the same draws for every n_jobs. Chains are the unit
         # of parallelism; their per-step products are too small to gain from threads.
         with threadpool_limits(limits=1, user_api="blas"):
+            tic = time.perf_counter()
             runner.advance(n_steps)
+            runner.compute_seconds = time.perf_counter() - tic
     finally:
         runner.target.model = None
     return runner
@@ -369,10 +374,18 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     travels with them, so the draws are the same however the run is cut in rounds.
     """
     round_seconds = ROUND_SECONDS if round_seconds is None else round_seconds
+    overheads = list(getattr(runners[0], "round_overheads", ()))
+    workers = min(len(runners), max(1, effective_n_jobs(n_jobs)))
     remaining = max(r.n_iter - r.t for r in runners)
+    first_round = True
     if remaining <= 0:
         return runners
-    chunk = min(remaining, getattr(runners[0], "round_hint", _FIRST_ROUND))
+    # round_seconds=inf: one round; 0: rounds of _FIRST_ROUND iterations (for tests and
+    # benchmarks of the rounds themselves).
+    adaptive = 0 < round_seconds < np.inf
+    chunk = remaining if round_seconds == np.inf else _FIRST_ROUND
+    if adaptive:
+        chunk = min(remaining, getattr(runners[0], "round_hint", _FIRST_ROUND))
     cap = max(1, -(-remaining // 20)) if verbose else remaining
     bar = progress_bar(sum(r.n_iter - r.t for r in runners),
                        f"{type(runners[0].sampler).__name__}, {len(runners)} chains") if verbose else nullcontext()
@@ -394,18 +407,23 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
                 elapsed = time.perf_counter() - tic
                 if verbose:
                     bar.update(sum(r.t for r in runners) - before)
-                if np.isfinite(round_seconds):
-                    # Iterations that take about round_seconds at the speed just measured;
-                    # never below the first round, whose time can include starting the
-                    # worker processes.
-                    target = step * round_seconds / elapsed if elapsed > 0 else np.inf
-                    chunk = int(max(_FIRST_ROUND, min(_MAX_ROUND_GROWTH * step, target)))
+                if first_round:
+                    # Its time can include starting the worker processes.
+                    first_round = False
                 else:
-                    chunk = remaining
+                    # The round's cost beyond the chains' own work, spread over the workers.
+                    overheads.append(max(0.0, elapsed - sum(r.compute_seconds for r in runners) / workers))
+                if adaptive:
+                    # Iterations that take about round_seconds at the speed just measured,
+                    # or longer if the rounds' typical cost would exceed ROUND_OVERHEAD of
+                    # it; never below the first round.
+                    seconds = max(round_seconds, float(np.median(overheads)) / ROUND_OVERHEAD if overheads else 0.0)
+                    target = step * seconds / elapsed if elapsed > 0 else np.inf
+                    chunk = int(max(_FIRST_ROUND, min(_MAX_ROUND_GROWTH * step, target)))
     except KeyboardInterrupt:
         raise ChainsInterrupted(runners) from None
     for r in runners:
-        r.round_hint = chunk
+        r.round_hint, r.round_overheads = chunk, overheads[-8:]
     return runners
 
 

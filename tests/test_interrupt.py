@@ -161,3 +161,20 @@ def test_interrupted_continuation_keeps_the_first_fit_and_the_new_draws(cancer, 
         with pytest.raises(KeyboardInterrupt):
             est.fit(X, y)
     np.testing.assert_array_equal(est.samples_, first)
+
+
+@pytest.mark.parametrize("round_seconds", [0.0, np.inf])
+def test_rounds_never_change_the_draws(cancer, monkeypatch, round_seconds):
+    # 0: rounds of the fewest iterations (64, so 600 iterations take 10 rounds whose draw
+    # buffers are detached and re-attached); inf: one round.
+    X, y = cancer
+    kw = dict(KW, sampler="sghmc", n_iter=600, thin=7)
+    reference = SGBayesLogisticRegression(**kw).fit(X, y)
+    monkeypatch.setattr(chains, "ROUND_SECONDS", round_seconds)
+    calls = []
+    advance = chains.ChainRunner.advance
+    monkeypatch.setattr(chains.ChainRunner, "advance", lambda self, n=None: calls.append(n) or advance(self, n))
+    est = SGBayesLogisticRegression(**kw).fit(X, y)
+    assert len(calls) == (2 * 10 if round_seconds == 0 else 2)
+    np.testing.assert_array_equal(est.samples_, reference.samples_)
+    np.testing.assert_array_equal(est.sample_stats_["kinetic_temperature"], reference.sample_stats_["kinetic_temperature"])
