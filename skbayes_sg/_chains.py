@@ -274,6 +274,8 @@ class ChainRunner:
     def attach_draws(self, held):
         """Copy the draws of the round buffer into the full buffer ``held``; return self."""
         draws, stats, k0 = held
+        if self.draws is draws:  # already attached
+            return self
         n = self.k - self.k0
         draws[self.k0 - k0:self.k - k0] = self.draws[:n]
         stats[self.k0 - k0:self.k - k0] = self.stats[:n]
@@ -366,9 +368,11 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     """Advance every runner to its ``n_iter`` in parallel with joblib; runners in chain order.
 
     The chains advance in rounds of about ``round_seconds`` (default
-    :data:`ROUND_SECONDS`) of wall time, sized from the speed of the round before. Between
-    rounds the calling process holds every chain as it stands, so a ``KeyboardInterrupt``
-    (Ctrl-C) raises :class:`ChainsInterrupted` carrying them, whatever the backend. With
+    :data:`ROUND_SECONDS`; ``inf``: one round, 0: rounds of 64 iterations) of wall time,
+    sized from the speed of the round before and lengthened while the rounds' own cost
+    exceeds :data:`ROUND_OVERHEAD` of a round. Between rounds the calling process holds
+    every chain as it stands, so a ``KeyboardInterrupt`` (Ctrl-C) raises
+    :class:`ChainsInterrupted` carrying them, whatever the backend. With
     ``verbose > 0`` rounds are also at most a twentieth of the remaining iterations and a
     progress bar across all chains is updated between them. The chains' own randomness
     travels with them, so the draws are the same however the run is cut in rounds.
@@ -395,15 +399,7 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
                 step = max(1, min(chunk, cap))
                 before = sum(r.t for r in runners)
                 tic = time.perf_counter()
-                held = [r.detach_draws(step) for r in runners]
-                try:
-                    advanced = parallel(delayed(_advance)(r, model, step) for r in runners)
-                except KeyboardInterrupt:
-                    # In this process the runners advanced in place, in worker processes
-                    # not at all: either way they keep the draws they hold.
-                    runners = [r.attach_draws(h) for r, h in zip(runners, held)]
-                    raise
-                runners = [r.attach_draws(h) for r, h in zip(advanced, held)]
+                runners = _round(parallel, runners, model, step)
                 elapsed = time.perf_counter() - tic
                 if verbose:
                     bar.update(sum(r.t for r in runners) - before)
@@ -420,11 +416,34 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
                     seconds = max(round_seconds, float(np.median(overheads)) / ROUND_OVERHEAD if overheads else 0.0)
                     target = step * seconds / elapsed if elapsed > 0 else np.inf
                     chunk = int(max(_FIRST_ROUND, min(_MAX_ROUND_GROWTH * step, target)))
+    except ChainsInterrupted:
+        raise
     except KeyboardInterrupt:
         raise ChainsInterrupted(runners) from None
     for r in runners:
         r.round_hint, r.round_overheads = chunk, overheads[-8:]
     return runners
+
+
+def _round(parallel, runners, model, n_steps):
+    """One round: every runner advanced by ``n_steps``, shipping only the round's draws.
+
+    On an interrupt, wherever it lands, every runner is given back whole: advanced in
+    place (this process), as returned (a worker's round that completed) or as it was.
+    """
+    out, held = list(runners), {}
+    try:
+        for i, r in enumerate(runners):
+            held[i] = r.detach_draws(n_steps)
+        advanced = parallel(delayed(_advance)(r, model, n_steps) for r in runners)
+        for i, r in enumerate(advanced):
+            out[i] = r.attach_draws(held[i])
+            del held[i]
+    except KeyboardInterrupt:
+        for i in list(held):
+            out[i] = out[i].attach_draws(held.pop(i))
+        raise ChainsInterrupted(out) from None
+    return out
 
 
 def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
