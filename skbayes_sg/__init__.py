@@ -5,7 +5,7 @@
 """
 
 from .drbm import SGBayesDRBMClassifier
-from .exceptions import DivergenceError, GradientNoiseWarning
+from .exceptions import DivergenceError, FitInterruptedWarning, GradientNoiseWarning
 from ._inference_data import to_inference_data
 from .linear_model import SGBayesLinearRegression, SGBayesLogisticRegression
 
@@ -18,5 +18,6 @@ __all__ = [
     "DivergenceError",
     "GradientNoiseWarning",
     "to_inference_data",
+    "FitInterruptedWarning",
     "__version__",
 ]

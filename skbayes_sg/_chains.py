@@ -6,10 +6,12 @@ one ``SeedSequence``, so the draws are bit-identical whatever ``n_jobs`` is.
 """
 
 import pickle
+import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, effective_n_jobs
 from threadpoolctl import threadpool_limits
 
 try:
@@ -27,6 +29,34 @@ from .minibatch import ControlVariateGradient, MinibatchGradient
 # so a stored draw can never be non-finite without the fit raising (checking each stored
 # draw as well cost ~5% of an unthinned gadMALA fit).
 _CHECK_EVERY = 16
+
+#: Wall time a round of :func:`advance_chains` aims at, at least. The chains advance in rounds
+#: so that an interrupt (Ctrl-C) finds, in the calling process, every chain as it was at the
+#: end of the last round even when the chains run in joblib worker processes; an interrupt
+#: loses at most one round of work.
+ROUND_SECONDS = 1.0
+#: A round costs one dispatch and the runners' round trip to the workers (tens of ms on
+#: a9a, ``benchmarks/chunked_rounds.py``): rounds are lengthened until that measured cost is
+#: at most this fraction of a round.
+ROUND_OVERHEAD = 0.02
+#: Iterations of the first round, before the chains' speed is known, and the fewest of any
+#: round; a round is at most ``_MAX_ROUND_GROWTH`` times the one before it.
+_FIRST_ROUND = 64
+_MAX_ROUND_GROWTH = 4
+
+
+class ChainsInterrupted(KeyboardInterrupt):
+    """A ``KeyboardInterrupt`` that arrived while chains advanced, carrying the runners.
+
+    ``runners`` are the chains as the calling process last had them: those returned by the
+    last completed round when they ran in worker processes, or the chains themselves,
+    one possibly stopped part-way through an iteration (``ChainRunner.busy``), when they
+    ran in this process.
+    """
+
+    def __init__(self, runners):
+        super().__init__()
+        self.runners = runners
 
 
 @dataclass
@@ -82,33 +112,57 @@ class ChainRunner:
         Importance-sampling distribution of the plain minibatches' rows (the likelihood
         weights of a weighted fit, see :func:`skbayes_sg._geometry.row_distribution`);
         None draws them uniformly.
+    progress : dict, optional
+        :meth:`progress` of an earlier run of this chain, with ``start`` its final state:
+        the chain continues exactly where that run stopped (its generator, minibatch
+        queue, iteration count, burn-in, adaptation and thinning grid), so that running in
+        parts gives the draws of one run. ``n_iter`` then counts from that run's start,
+        ``n_burn`` and ``seed`` are ignored, and the draws stored are those from the
+        continuation's start on the thinning grid, coarsened (by a whole factor) if
+        ``max_draws`` draws since the burn-in would be exceeded.
 
     The chain runs in the model's coordinates; a model with a ``to_theta`` map (a
     :class:`~.models.WhitenedModel`) has its draws stored in ``theta``.
     """
 
     def __init__(self, sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                 seed, step_size=None, control_variate=None, row_probabilities=None):
+                 seed, step_size=None, control_variate=None, row_probabilities=None,
+                 progress=None):
         self.sampler = sampler
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed) if progress is None else _generator(progress["rng"])
         if control_variate is None:
             self.target = MinibatchGradient(model, batch_size, batch_scheme, row_probabilities)
         else:
             self.target = ControlVariateGradient(model, batch_size, batch_scheme, *control_variate)
+        if progress is not None:
+            self.target.restore_queue(progress["queue"])
         if hasattr(start, "theta"):
             self.state = start
         else:
             self.state = sampler.init_state(start, self.target, self.rng, step_size)
-        self.n_iter, self.n_burn = n_iter, n_burn
-        # Adaptation ends where the first schedule's burn-in ends; an extended run may
-        # discard more (``extend``) but never adapts again.
-        self.n_adapt = n_burn
-        self.eff_thin, n_draws = draw_schedule(n_iter, n_burn, thin, max_draws)
-        self.draws = np.empty((n_draws, model.n_params))
-        self.stats = np.empty((n_draws, len(sampler._stat_names)))
-        self.t = 0  # iterations done
+        if progress is None:
+            self.t = 0  # iterations done
+            self.n_burn = n_burn
+            # Adaptation ends where the first schedule's burn-in ends; an extended run may
+            # discard more (``extend``) but never adapts again.
+            self.n_adapt = n_burn
+            self.eff_thin = draw_schedule(n_iter, n_burn, thin, max_draws)[0]
+        else:
+            self.t, self.n_burn, self.n_adapt = progress["t"], progress["n_burn"], progress["n_adapt"]
+            # The grid continues; coarsened by a whole factor when the record since burn-in
+            # would exceed max_draws, which keeps the draws stored before on the new grid.
+            prev = progress["eff_thin"]
+            need = draw_schedule(n_iter, self.n_burn, thin, max_draws)[0]
+            self.eff_thin = prev * max(1, -(-need // prev))
+        self.n_iter = n_iter
+        self.t0 = self.t  # iteration this run started at: draws before it are not stored here
+        self.n_draws = self._n_grid(n_iter)
+        self.draws = np.empty((self.n_draws, model.n_params))
+        self.stats = np.empty((self.n_draws, len(sampler._stat_names)))
+        self.k0 = 0  # draw held in the buffer's first row (see detach_draws)
         self.k = 0  # draws stored
-        if n_burn == 0:
+        self.busy = False  # inside advance (left True if an interrupt stopped it mid-iteration)
+        if n_burn == 0 and progress is None:
             sampler.end_adaptation(self.state)
 
     def __reduce__(self):
@@ -122,6 +176,33 @@ class ChainRunner:
     @property
     def done(self):
         return self.t >= self.n_iter
+
+    def _first_kept(self, n_burn=None, eff_thin=None):
+        """The first iteration on the grid (``n_burn``, ``eff_thin``) at or after ``t0``."""
+        n_burn = self.n_burn if n_burn is None else n_burn
+        eff_thin = self.eff_thin if eff_thin is None else eff_thin
+        first = n_burn + eff_thin - 1
+        if self.t0 > first:
+            first += -(-(self.t0 - first) // eff_thin) * eff_thin
+        return first
+
+    def _n_grid(self, n_iter, n_burn=None, eff_thin=None):
+        """Grid iterations in ``[t0, n_iter)``: the draws this run stores."""
+        eff_thin = self.eff_thin if eff_thin is None else eff_thin
+        return len(range(self._first_kept(n_burn, eff_thin), n_iter, eff_thin))
+
+    def progress(self):
+        """What the chain's future depends on besides its sampler state, as plain values.
+
+        A dict of the generator's state (``numpy`` ``bit_generator.state``), the minibatch
+        queue (:meth:`~.minibatch.MinibatchGradient.queue_state`), the iterations done
+        ``t``, the burn-in ``n_burn`` and adaptation length ``n_adapt``, and the thinning
+        ``eff_thin``: with the state, a :class:`ChainRunner` built with ``progress=``
+        continues the chain bit-identically, in this process or after a pickle or skops
+        round trip. The stored draws are not in it (the estimator keeps them).
+        """
+        return {"rng": self.rng.bit_generator.state, "queue": self.target.queue_state(), "t": int(self.t),
+                "n_burn": int(self.n_burn), "n_adapt": int(self.n_adapt), "eff_thin": int(self.eff_thin)}
 
     def extend(self, n_iter, n_burn, eff_thin):
         """Lengthen the run to ``n_iter`` iterations, discarding the first ``n_burn``.
@@ -137,14 +218,14 @@ class ChainRunner:
             raise ValueError(
                 f"cannot extend a chain at iteration {self.t} (burn-in {self.n_burn}, thinning {self.eff_thin}) to "
                 f"n_iter={n_iter}, n_burn={n_burn}, thinning {eff_thin}.")
-        iteration = self.n_burn + (np.arange(self.k) + 1) * self.eff_thin - 1
+        iteration = self._first_kept() + np.arange(self.k) * self.eff_thin
         on_grid = (iteration >= n_burn) & ((iteration + 1 - n_burn) % eff_thin == 0)
-        n_draws = (n_iter - n_burn) // eff_thin
+        n_draws = self._n_grid(n_iter, n_burn, eff_thin)
         draws = np.empty((n_draws, self.draws.shape[1]))
         stats = np.empty((n_draws, self.stats.shape[1]))
         k = int(on_grid.sum())
         draws[:k], stats[:k] = self.draws[:self.k][on_grid], self.stats[:self.k][on_grid]
-        self.draws, self.stats, self.k = draws, stats, k
+        self.draws, self.stats, self.k, self.n_draws = draws, stats, k, n_draws
         self.n_iter, self.n_burn, self.eff_thin = n_iter, n_burn, eff_thin
         return self
 
@@ -156,36 +237,74 @@ class ChainRunner:
         """Run up to ``n_steps`` more iterations (all remaining if None); return self."""
         sampler, state, target, rng = self.sampler, self.state, self.target, self.rng
         stop = self.n_iter if n_steps is None else min(self.n_iter, self.t + n_steps)
-        first_kept = self.n_burn + self.eff_thin - 1
-        n_draws = self.draws.shape[0]
+        first_kept = self._first_kept()
+        n_draws, k0 = self.n_draws, self.k0
+        self.busy = True
         to_theta = getattr(target.model, "to_theta", None)
         # A diverging chain overflows before it is caught; the DivergenceError says so, so
         # numpy's overflow warnings would only be noise.
         with np.errstate(over="ignore", invalid="ignore"):
             for t in range(self.t, stop):
                 state = sampler.step(state, target, rng)
+                self.t = t + 1  # for an interrupt's report; the state is saved at the end
                 if t + 1 == self.n_adapt:
                     sampler.end_adaptation(state)
                 keep = t >= first_kept and (t - first_kept) % self.eff_thin == 0 and self.k < n_draws
                 if t % _CHECK_EVERY == 0:
                     _check_finite(state, sampler, t)
                 if keep:
-                    self.draws[self.k] = state.theta if to_theta is None else to_theta(state.theta)
-                    self.stats[self.k] = sampler.sample_stats(state)
+                    self.draws[self.k - k0] = state.theta if to_theta is None else to_theta(state.theta)
+                    self.stats[self.k - k0] = sampler.sample_stats(state)
                     self.k += 1
         _check_finite(state, sampler, stop - 1)
         self.state, self.t = state, stop
+        self.busy = False
         return self
 
-    def result(self):
-        """The finished chain's :class:`ChainResult`."""
+    def detach_draws(self, n_steps):
+        """Swap the draw buffer for one that holds only the next ``n_steps`` iterations' draws.
+
+        Returns the full buffer, for :meth:`attach_draws`. A round of
+        :func:`advance_chains` then ships only its own draws to and from a worker
+        process, not every draw so far (which made a long run with ``max_draws=None``
+        quadratic in its length).
+        """
+        held = (self.draws, self.stats, self.k0)
+        n = min(self.n_draws - self.k, -(-n_steps // self.eff_thin) + 1)
+        self.draws = np.empty((n, held[0].shape[1]))
+        self.stats = np.empty((n, held[1].shape[1]))
+        self.k0 = self.k
+        return held
+
+    def attach_draws(self, held):
+        """Copy the draws of the round buffer into the full buffer ``held``; return self."""
+        draws, stats, k0 = held
+        if self.draws is draws:  # already attached
+            return self
+        n = self.k - self.k0
+        draws[self.k0 - k0:self.k - k0] = self.draws[:n]
+        stats[self.k0 - k0:self.k - k0] = self.stats[:n]
+        self.draws, self.stats, self.k0 = draws, stats, k0
+        return self
+
+    def result(self, n_draws=None):
+        """The chain's :class:`ChainResult`, with its first ``n_draws`` stored draws (default:
+        all; fewer for a run cut short)."""
+        n_draws = self.draws.shape[0] if n_draws is None else n_draws
         return ChainResult(
-            draws=self.draws,
-            stats={name: self.stats[:, j] for j, name in enumerate(self.sampler._stat_names)},
+            draws=self.draws[:n_draws],
+            stats={name: self.stats[:n_draws, j] for j, name in enumerate(self.sampler._stat_names)},
             state=self.state,
             n_grad_evals=self.target.n_grad_evals,
             summary=self.sampler.chain_summary(self.state),
         )
+
+
+def _generator(state):
+    """A ``numpy.random.Generator`` in the given ``bit_generator.state``."""
+    rng = np.random.Generator(getattr(np.random, state["bit_generator"])())
+    rng.bit_generator.state = state
+    return rng
 
 
 def _unpickle_runner(state):
@@ -228,43 +347,108 @@ def _advance(runner, model, n_steps):
         # random_state would not give the same draws for every n_jobs. Chains are the unit
         # of parallelism; their per-step products are too small to gain from threads.
         with threadpool_limits(limits=1, user_api="blas"):
+            tic = time.perf_counter()
             runner.advance(n_steps)
+            runner.compute_seconds = time.perf_counter() - tic
     finally:
         runner.target.model = None
     return runner
 
 
 def start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme, seeds,
-                 step_size=None, control_variate=None, row_probabilities=None):
+                 step_size=None, control_variate=None, row_probabilities=None, progress=None):
     """One :class:`ChainRunner` per start, not yet advanced (the model is detached from
-    them: :func:`advance_chains` passes it to each task)."""
+    them: :func:`advance_chains` passes it to each task). ``progress``: one
+    :meth:`ChainRunner.progress` per start, to continue those chains exactly."""
+    progress = [None] * len(starts) if progress is None else progress
     runners = [ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                           seed, step_size, control_variate, row_probabilities) for start, seed in zip(starts, seeds)]
+                           seed, step_size, control_variate, row_probabilities, prog)
+               for start, seed, prog in zip(starts, seeds, progress)]
     for r in runners:
         r.target.model = None
     return runners
 
 
-def advance_chains(runners, model, n_jobs=None, verbose=0):
+def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     """Advance every runner to its ``n_iter`` in parallel with joblib; runners in chain order.
 
-    With ``verbose > 0`` the chains advance in chunks of about a twentieth of the
-    remaining iterations and a progress bar across all chains is updated between chunks
-    (the chains' own randomness travels with them, so the draws are the same as in one
-    call).
+    The chains advance in rounds of about ``round_seconds`` (default
+    :data:`ROUND_SECONDS`; ``inf``: one round, 0: rounds of 64 iterations) of wall time,
+    sized from the speed of the round before and lengthened while the rounds' own cost
+    exceeds :data:`ROUND_OVERHEAD` of a round. Between rounds the calling process holds
+    every chain as it stands, so a ``KeyboardInterrupt`` (Ctrl-C) raises
+    :class:`ChainsInterrupted` carrying them, whatever the backend. With
+    ``verbose > 0`` rounds are also at most a twentieth of the remaining iterations and a
+    progress bar across all chains is updated between them. The chains' own randomness
+    travels with them, so the draws are the same however the run is cut in rounds.
     """
-    if not verbose:
-        return Parallel(n_jobs=n_jobs)(delayed(_advance)(r, model, None) for r in runners)
+    round_seconds = ROUND_SECONDS if round_seconds is None else round_seconds
+    overheads = list(getattr(runners[0], "round_overheads", ()))
+    workers = min(len(runners), max(1, effective_n_jobs(n_jobs)))
     remaining = max(r.n_iter - r.t for r in runners)
-    chunk = max(1, -(-remaining // 20))
-    sampler = runners[0].sampler
-    with Parallel(n_jobs=n_jobs) as parallel, progress_bar(
-            sum(r.n_iter - r.t for r in runners), f"{type(sampler).__name__}, {len(runners)} chains") as bar:
-        while not all(r.done for r in runners):
-            before = sum(r.t for r in runners)
-            runners = parallel(delayed(_advance)(r, model, chunk) for r in runners)
-            bar.update(sum(r.t for r in runners) - before)
+    first_round = True
+    if remaining <= 0:
+        return runners
+    # round_seconds=inf: one round; 0: rounds of _FIRST_ROUND iterations (for tests and
+    # benchmarks of the rounds themselves).
+    adaptive = 0 < round_seconds < np.inf
+    chunk = remaining if round_seconds == np.inf else _FIRST_ROUND
+    if adaptive:
+        chunk = min(remaining, getattr(runners[0], "round_hint", _FIRST_ROUND))
+    cap = max(1, -(-remaining // 20)) if verbose else remaining
+    bar = progress_bar(sum(r.n_iter - r.t for r in runners),
+                       f"{type(runners[0].sampler).__name__}, {len(runners)} chains") if verbose else nullcontext()
+    try:
+        with Parallel(n_jobs=n_jobs) as parallel, bar as bar:
+            while not all(r.done for r in runners):
+                step = max(1, min(chunk, cap))
+                before = sum(r.t for r in runners)
+                tic = time.perf_counter()
+                runners = _round(parallel, runners, model, step)
+                elapsed = time.perf_counter() - tic
+                if verbose:
+                    bar.update(sum(r.t for r in runners) - before)
+                if first_round:
+                    # Its time can include starting the worker processes.
+                    first_round = False
+                else:
+                    # The round's cost beyond the chains' own work, spread over the workers.
+                    overheads.append(max(0.0, elapsed - sum(r.compute_seconds for r in runners) / workers))
+                if adaptive:
+                    # Iterations that take about round_seconds at the speed just measured,
+                    # or longer if the rounds' typical cost would exceed ROUND_OVERHEAD of
+                    # it; never below the first round.
+                    seconds = max(round_seconds, float(np.median(overheads)) / ROUND_OVERHEAD if overheads else 0.0)
+                    target = step * seconds / elapsed if elapsed > 0 else np.inf
+                    chunk = int(max(_FIRST_ROUND, min(_MAX_ROUND_GROWTH * step, target)))
+    except ChainsInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise ChainsInterrupted(runners) from None
+    for r in runners:
+        r.round_hint, r.round_overheads = chunk, overheads[-8:]
     return runners
+
+
+def _round(parallel, runners, model, n_steps):
+    """One round: every runner advanced by ``n_steps``, shipping only the round's draws.
+
+    On an interrupt, wherever it lands, every runner is given back whole: advanced in
+    place (this process), as returned (a worker's round that completed) or as it was.
+    """
+    out, held = list(runners), {}
+    try:
+        for i, r in enumerate(runners):
+            held[i] = r.detach_draws(n_steps)
+        advanced = parallel(delayed(_advance)(r, model, n_steps) for r in runners)
+        for i, r in enumerate(advanced):
+            out[i] = r.attach_draws(held[i])
+            del held[i]
+    except KeyboardInterrupt:
+        for i in list(held):
+            out[i] = out[i].attach_draws(held.pop(i))
+        raise ChainsInterrupted(out) from None
+    return out
 
 
 def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,

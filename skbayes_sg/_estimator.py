@@ -5,8 +5,9 @@ draws and computes diagnostics. Subclasses say which model to build and how to t
 draws into fitted attributes and predictions.
 """
 
+import copy
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from numbers import Integral, Real
 
 import numpy as np
@@ -24,7 +25,7 @@ from . import diagnostics
 from . import _run_length
 from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
 from ._chains import advance_chains, draw_schedule, start_chains
-from .exceptions import GradientNoiseWarning
+from .exceptions import FitInterruptedWarning, GradientNoiseWarning
 from ._geometry import Geometry, build_geometry, noise_probe
 from .minibatch import BATCH_SCHEMES
 from .models import Model
@@ -274,7 +275,9 @@ class BaseSGBayes(BaseEstimator):
     def _seeds(self, fit_round):
         rs = self.random_state
         entropy = rs if isinstance(rs, Integral) else check_random_state(rs).randint(2**31 - 1)
-        # A continuation (warm_start) gets fresh streams, not a replay of the first fit's.
+        # A partial_fit call (or the continuation of an estimator saved without its chains'
+        # progress) gets fresh streams, not a replay of the first fit's; a warm_start fit
+        # carries on the chains' own streams instead (ChainRunner.progress).
         return np.random.SeedSequence([int(entropy), int(fit_round)]).spawn(self.n_chains)
 
     # One BLAS thread for the whole fit, as the chains already run (_chains._advance): the
@@ -316,8 +319,15 @@ class BaseSGBayes(BaseEstimator):
                 # recomputed from the same data and weights they are the same, bit for bit.
                 geometry = geometry.for_data(model)
             chain_model = geometry.chain_model(model)
-            starts, step_size, info = self._chain_states, None, {}
+            # Copies: a continuation cut short (an interrupt, a divergence) must not leave
+            # the stored chains half-advanced.
+            starts, step_size, info = copy.deepcopy(self._chain_states), None, {}
             fit_round = self._fit_round + 1
+            # A fit continues its chains exactly (generators, minibatch queues, thinning
+            # grid), so that fitting in parts gives the draws of one fit. partial_fit, whose
+            # data change, starts fresh streams and queues each call, and so does the
+            # continuation of an estimator saved before chains kept their progress.
+            progress = None if streaming else getattr(self, "_chain_progress", None)
             if streaming and isinstance(getattr(sampler, "step_size", None), str):
                 # The posterior sharpens as N grows: the step that was stable on the first
                 # chunks can diverge now, so the auto rule runs again at the chains' states.
@@ -359,14 +369,20 @@ class BaseSGBayes(BaseEstimator):
                     geometry = replace(geometry, gradient="full", row_probabilities=None)
             step_size, info = sampler.resolve_step_size(chain_model, curvature_at, sigma_max, lambda_max=lam)
             fit_round = 0
+            progress = None
         self._fit_map = None
         control_variate = geometry.control_variate(chain_model)
         info = {**info, "gradient": geometry.gradient, "preconditioner": geometry.preconditioner}
 
-        results, summary, blocks = self._run(sampler, chain_model, starts, first, burn_in, max_draws, batch_size,
-                                             step_size, fit_round, control_variate,
-                                             geometry.row_probabilities if control_variate is None else None)
-        eff_thin, n_run = blocks[-1].eff_thin, blocks[-1].n_iter
+        runs = self._run(sampler, chain_model, starts, first, burn_in, max_draws, batch_size, step_size, fit_round,
+                         control_variate,
+                         geometry.row_probabilities if control_variate is None else None, progress)
+        results, summary, blocks, interrupted = runs.results, runs.summary, runs.blocks, runs.interrupted
+        if interrupted is not None and interrupted["n_draws"] == 0 and not (resume and not streaming):
+            # Still in burn-in (or before the first kept draw): nothing to be fitted on,
+            # so the estimator stays as it was, as after any interrupt.
+            raise interrupted["exception"]
+        eff_thin, n_run = runs.eff_thin, runs.n_run
         if self.n_iter == "auto":
             info["n_iter_blocks"] = [b.n_iter for b in blocks]
         self._geometry = geometry
@@ -381,13 +397,20 @@ class BaseSGBayes(BaseEstimator):
             n_grad = self.diagnostics_["n_grad_evals"] + sum(r.n_grad_evals for r in results)
             self.n_iter_ += n_run
         elif resume:
-            draws = np.concatenate([self.samples_, draws], axis=1)
-            stats = {k: np.concatenate([self.sample_stats_[k], v], axis=1) for k, v in stats.items()}
-            if max_draws is not None and draws.shape[1] > max_draws:
-                # Keep memory bounded on long continued runs: thin the whole record evenly.
-                keep = np.linspace(0, draws.shape[1] - 1, max_draws).round().astype(int)
-                draws = draws[:, keep]
-                stats = {k: v[:, keep] for k, v in stats.items()}
+            if progress is not None:
+                # One evenly spaced record from the burn-in on: what one fit of the whole
+                # length would have stored.
+                draws, stats, eff_thin = _join_records(
+                    (self.samples_, self.sample_stats_), (draws, stats), progress[0], runs.t0, runs.t, eff_thin,
+                    max_draws)
+            else:
+                draws = np.concatenate([self.samples_, draws], axis=1)
+                stats = {k: np.concatenate([self.sample_stats_[k], v], axis=1) for k, v in stats.items()}
+                if max_draws is not None and draws.shape[1] > max_draws:
+                    # Keep memory bounded on long continued runs: thin the whole record evenly.
+                    keep = np.linspace(0, draws.shape[1] - 1, max_draws).round().astype(int)
+                    draws = draws[:, keep]
+                    stats = {k: v[:, keep] for k, v in stats.items()}
             n_grad = self.diagnostics_["n_grad_evals"] + sum(r.n_grad_evals for r in results)
             info = {**{k: self.diagnostics_[k] for k in _FIT_INFO if k in self.diagnostics_}, **info}
             self.n_iter_ += n_run
@@ -396,7 +419,13 @@ class BaseSGBayes(BaseEstimator):
             n_grad = sum(r.n_grad_evals for r in results)
             self.n_iter_ = n_run
 
-        self._chain_states = [r.state for r in results]
+        # What a later fit needs to continue the chains exactly; nothing if an interrupt
+        # left them at different iterations or one part-way through an iteration.
+        self._chain_states = runs.states
+        self._chain_progress = runs.progress
+        if runs.progress is not None and resume and not streaming and progress is not None:
+            for prog in self._chain_progress:
+                prog["eff_thin"] = int(eff_thin)
         self._fit_round = fit_round
         self._sampler = sampler
         self.samples_ = draws
@@ -407,34 +436,73 @@ class BaseSGBayes(BaseEstimator):
         self._observed_y = y
         self._set_posterior_attributes(self._model)
         self._warn_fit(sampler, X)
+        if interrupted is not None:
+            self.diagnostics_["interrupted"] = True
+            continued = ("; warm_start=True continues the chains from there" if self._chain_states is not None
+                         else "; the chains stopped at different iterations, so warm_start=True starts afresh")
+            warnings.warn(
+                f"{type(self).__name__}: the fit was interrupted at iteration {interrupted['iteration']} of "
+                f"{interrupted['n_iter']} per chain; the estimator is fitted on the {self.samples_.shape[1]} draws "
+                f"per chain kept so far and its diagnostics are computed on them{continued}.",
+                FitInterruptedWarning, stacklevel=_caller_stacklevel())
+            raise interrupted["exception"]
         return self
 
     def _run(self, sampler, chain_model, starts, first, burn_in, max_draws, batch_size, step_size, fit_round,
-             control_variate, row_probabilities=None):
+             control_variate, row_probabilities=None, progress=None):
         """Run the chains for the ``first`` schedule, and with ``n_iter="auto"`` in further
         blocks until they converge (``burn_in`` None: a continued chain, which runs until its
         own draws meet the targets).
 
-        Returns the chains' results, the :func:`~skbayes_sg.diagnostics.summarize` of their
-        draws when it was computed (``"auto"``) or None, and the schedule of every block
-        (:mod:`skbayes_sg._run_length`).
+        ``progress``: the chains' :meth:`~skbayes_sg._chains.ChainRunner.progress` to
+        continue them exactly (``first`` then counts from the continuation's start).
+
+        Returns a :class:`_Runs`: the chains' results, the
+        :func:`~skbayes_sg.diagnostics.summarize` of their draws when it was computed
+        (``"auto"``) or None, the schedule of every block (:mod:`skbayes_sg._run_length`),
+        and after a ``KeyboardInterrupt`` the chains cut to their common draws.
         """
-        blocks = [first]
-        runners = start_chains(sampler, chain_model, list(starts), first.n_iter, first.n_burn, self.thin, max_draws,
-                               batch_size, self.batch_scheme, self._seeds(fit_round), step_size, control_variate,
-                               row_probabilities)
-        runners = advance_chains(runners, chain_model, self.n_jobs, self.verbose)
+        t0 = 0 if progress is None else progress[0]["t"]
+        seeds = self._seeds(fit_round) if progress is None else [None] * len(starts)
+        runners = start_chains(sampler, chain_model, list(starts), t0 + first.n_iter, first.n_burn, self.thin,
+                               max_draws, batch_size, self.batch_scheme, seeds, step_size, control_variate,
+                               row_probabilities, progress)
+        # A continued chain's grid may be coarser than the first block's (max_draws over the
+        # whole record); the blocks count from the continuation's start.
+        blocks = [_run_length.Schedule(first.n_iter, first.n_burn, runners[0].eff_thin) if progress else first]
         summary = None
-        while self.n_iter == "auto":
-            summary = self._run_length_summary(np.stack([r.kept_draws() for r in runners]))
-            nxt = _run_length.next_schedule(blocks[-1], summary, burn_in, max_draws, len(runners),
-                                            max_iter=self._run_length_max_iter, ess_target=self._run_length_ess_target)
-            if nxt is None:
-                break
-            blocks.append(nxt)
-            runners = advance_chains([r.extend(nxt.n_iter, nxt.n_burn, nxt.eff_thin) for r in runners],
-                                     chain_model, self.n_jobs, self.verbose)
-        return [r.result() for r in runners], summary if self._run_length_on_parameters else None, blocks
+        try:
+            runners = advance_chains(runners, chain_model, self.n_jobs, self.verbose)
+            while self.n_iter == "auto":
+                summary = self._run_length_summary(np.stack([r.kept_draws() for r in runners]))
+                nxt = _run_length.next_schedule(blocks[-1], summary, burn_in, max_draws, len(runners),
+                                                max_iter=self._run_length_max_iter,
+                                                ess_target=self._run_length_ess_target)
+                if nxt is None:
+                    break
+                blocks.append(nxt)
+                n_burn = nxt.n_burn if progress is None else runners[0].n_burn
+                runners = advance_chains([r.extend(t0 + nxt.n_iter, n_burn, nxt.eff_thin) for r in runners],
+                                         chain_model, self.n_jobs, self.verbose)
+        except KeyboardInterrupt as exc:
+            # ChainsInterrupted carries the chains as the last round left them; an interrupt
+            # between rounds (the diagnostics of n_iter="auto") finds them in `runners`.
+            runners = getattr(exc, "runners", runners)
+            n_draws = min(r.k for r in runners)
+            t = min(r.t for r in runners)
+            # Chains that all stopped between iterations at one count and on one grid
+            # (rounds run in worker processes) can be continued exactly; otherwise their
+            # draws are cut to a common length and they cannot.
+            aligned = (not any(r.busy for r in runners)
+                       and len({(r.t, r.n_iter, r.n_burn, r.eff_thin) for r in runners}) == 1)
+            interrupted = {"exception": exc, "n_draws": n_draws, "iteration": t, "n_iter": runners[0].n_iter}
+            return _Runs([r.result(n_draws) for r in runners], None, blocks, interrupted, t0, t,
+                         runners[0].eff_thin, [r.state for r in runners] if aligned else None,
+                         [r.progress() for r in runners] if aligned else None)
+        t = runners[0].t
+        summary = summary if self._run_length_on_parameters else None
+        return _Runs([r.result() for r in runners], summary, blocks, None, t0, t, runners[0].eff_thin,
+                     [r.state for r in runners], [r.progress() for r in runners])
 
     def _start_rng(self):
         """Generator of the chains' starting jitter, apart from the chains' own streams."""
@@ -477,7 +545,7 @@ class BaseSGBayes(BaseEstimator):
         """
         theta0 = self._initial_points(model)[0]
         draws, weights, diag = sampler.run(model, theta0, self._seeds(0)[0], self.n_jobs, batch_size)
-        self._chain_states = None
+        self._chain_states = self._chain_progress = None
         self._fit_round = 0
         self._sampler = sampler
         self.samples_ = np.asarray(draws)[None]
@@ -897,6 +965,66 @@ def _check_target_length(y, n_samples):
     if y.shape[0] != n_samples:
         raise ValueError(f"y has {y.shape[0]} targets but X has {n_samples} rows; give one target per row.")
     return y
+
+
+@dataclass
+class _Runs:
+    """What :meth:`BaseSGBayes._run` returns: the chains' results and how far they ran.
+
+    ``t0`` and ``t`` are the chains' iteration counts at the start and end of the run
+    (``t0 > 0`` for an exact continuation), ``eff_thin`` the final thinning; ``states`` and
+    ``progress`` what a later fit needs to continue them (None when an interrupt left them
+    misaligned); ``interrupted`` None, or the interrupt and where it stopped the chains.
+    """
+
+    results: list
+    summary: object
+    blocks: list
+    interrupted: object
+    t0: int
+    t: int
+    eff_thin: int
+    states: object
+    progress: object
+
+    @property
+    def n_run(self):
+        """Iterations per chain run by this call."""
+        return self.t - self.t0
+
+
+def _join_records(old, new, progress, t0, t, eff_thin, max_draws):
+    """The record of a chain continued exactly: old and new draws on one grid.
+
+    ``old`` holds the draws of iterations ``n_burn + (j + 1) * eff_old - 1`` (the grid of the
+    chains' ``progress`` before the continuation), ``new`` those of the grid ``eff_thin``
+    (a multiple of ``eff_old``) in ``[t0, t)``. The old draws off the new grid are dropped,
+    and the grid is coarsened by a whole factor while more than ``max_draws`` draws would
+    remain, so the result is every draw on one grid from the burn-in to ``t``: what a
+    single run of ``t`` iterations would have stored.
+
+    Returns
+    -------
+    draws : ndarray of shape (n_chains, n_draws, P)
+    stats : dict of ndarray of shape (n_chains, n_draws)
+    eff_thin : int
+    """
+    (old_draws, old_stats), (new_draws, new_stats) = old, new
+    n_burn, eff_old = progress["n_burn"], progress["eff_thin"]
+    it_old = n_burn + (np.arange(old_draws.shape[1]) + 1) * eff_old - 1
+    first_new = n_burn + eff_thin - 1
+    if t0 > first_new:
+        first_new += -(-(t0 - first_new) // eff_thin) * eff_thin
+    it_new = first_new + np.arange(new_draws.shape[1]) * eff_thin
+    if max_draws is not None and t - n_burn > max_draws * eff_thin:
+        need = -(-(t - n_burn) // max_draws)
+        eff_thin *= -(-need // eff_thin)
+    iteration = np.concatenate([it_old, it_new])
+    keep = (iteration + 1 - n_burn) % eff_thin == 0
+    keep_old, keep_new = keep[:it_old.size], keep[it_old.size:]
+    draws = np.concatenate([old_draws[:, keep_old], new_draws[:, keep_new]], axis=1)
+    stats = {k: np.concatenate([old_stats[k][:, keep_old], v[:, keep_new]], axis=1) for k, v in new_stats.items()}
+    return draws, stats, eff_thin
 
 
 def _noise_aware_batch(sampler, batch_size, sigma_max, lambda_max, n_samples):

@@ -50,3 +50,13 @@ class DivergenceError(RuntimeError):
 
 def _rebuild(message, sampler, step_size, iteration):
     return DivergenceError(message, sampler=sampler, step_size=step_size, iteration=iteration)
+
+
+class FitInterruptedWarning(UserWarning):
+    """A fit was interrupted (``KeyboardInterrupt``, Ctrl-C) after its burn-in.
+
+    Issued just before the interrupt propagates: the estimator is fitted on the draws the
+    chains had kept so far (diagnostics computed on them, ``diagnostics_["interrupted"]``
+    set), so a notebook keeps a usable model while a script still stops. The message
+    gives the iteration reached and whether ``warm_start=True`` can continue the chains.
+    """

@@ -80,7 +80,9 @@ _COMMON_DOC = """
         When True, a second ``fit`` continues every chain from its last state (sampler
         state, step size and thermostat included) for ``n_iter`` more iterations with no
         burn-in (with ``"auto"``: until the new draws alone meet the targets), and
-        appends the new draws.
+        appends the new draws. The continuation is exact: the chains' random streams,
+        minibatch queues and thinning grid carry on, so fitting in parts (saved and
+        loaded between them or not) gives the draws of one fit.
     max_draws : int, "auto" or None, default="auto"
         At most this many draws are stored per chain: thinning is raised above ``thin``
         when needed, so memory stays at ``n_chains * max_draws * n_params`` floats however

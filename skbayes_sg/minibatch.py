@@ -126,6 +126,7 @@ class MinibatchGradient:
             self._bounds = np.linspace(0, N, q + 1).round().astype(np.intp)
             self._n_blocks = q
         self._queue = []
+        self._queue_rng = None
         self._rows_dist = self._row_scale = None
         if row_probabilities is not None and not self.full and scheme == "replacement":
             dist = row_probabilities
@@ -141,17 +142,45 @@ class MinibatchGradient:
         if self.full:
             return slice(None), 1.0
         if not self._queue:
-            if self._rows_dist is not None:
-                self._queue = list(self._rows_dist.draw(rng, (self._block, self.batch_size)))
-            elif self.scheme == "replacement":
-                self._queue = list(rng.integers(0, self.n_samples, size=(self._block, self.batch_size)))
-            else:
-                self._queue = list(rng.permutation(self._n_blocks))
-            self._queue.reverse()
+            # The generator's state before the refill rebuilds the queue exactly
+            # (queue_state), so a saved chain can continue bit-identically without
+            # storing hundreds of queued minibatches.
+            self._queue_rng = rng.bit_generator.state
+            self._fill_queue(rng)
         item = self._queue.pop()
         if self.scheme == "replacement":
             return item, self.n_samples / self.batch_size
         return slice(self._bounds[item], self._bounds[item + 1]), float(self._n_blocks)
+
+    def _fill_queue(self, rng):
+        if self._rows_dist is not None:
+            self._queue = list(self._rows_dist.draw(rng, (self._block, self.batch_size)))
+        elif self.scheme == "replacement":
+            self._queue = list(rng.integers(0, self.n_samples, size=(self._block, self.batch_size)))
+        else:
+            self._queue = list(rng.permutation(self._n_blocks))
+        self._queue.reverse()
+
+    def queue_state(self):
+        """The minibatches drawn but not yet used, as plain values (None if there are none).
+
+        A dict of the generator's ``bit_generator.state`` before the queue was drawn and
+        the number of minibatches still queued; :meth:`restore_queue` rebuilds them.
+        """
+        if not self._queue:
+            return None
+        return {"rng": self._queue_rng, "remaining": len(self._queue)}
+
+    def restore_queue(self, saved):
+        """Rebuild the queue of :meth:`queue_state` (None: an empty queue)."""
+        self._queue = []
+        if saved is None:
+            return
+        rng = np.random.Generator(getattr(np.random, saved["rng"]["bit_generator"])())
+        rng.bit_generator.state = saved["rng"]
+        self._queue_rng = saved["rng"]
+        self._fill_queue(rng)
+        del self._queue[saved["remaining"]:]
 
     def gradient(self, theta, rng):
         """Noisy force ``F~(theta)`` (P,) and the minibatch's per-example gradients.

@@ -326,6 +326,26 @@ class DRBMModel(Model):
         self._theta0 = self.random_point(np.random.default_rng(random_state))
 
     # -- parameter layout ----------------------------------------------------------
+    @property
+    def operator_dtype(self):
+        """The per-example operator's ``numpy.dtype`` (float32 or float64)."""
+        return np.dtype(self._operator_dtype)
+
+    @operator_dtype.setter
+    def operator_dtype(self, value):
+        # Kept by name: a fitted estimator holds this model, and a numpy dtype object is
+        # not among the types skops.io loads without being told to trust them.
+        self._operator_dtype = np.dtype(value).name
+
+    @property
+    def dtype(self):
+        """The ``numpy.dtype`` of the likelihood's (n, H, C) kernel (float32 or float64)."""
+        return np.dtype(self._dtype)
+
+    @dtype.setter
+    def dtype(self, value):
+        self._dtype = np.dtype(value).name  # by name, as operator_dtype
+
     def unpack(self, theta):
         """Split ``theta`` (P,) or a stack (S, P) into views ``(W, U, c, d)``.
 

@@ -153,7 +153,7 @@ class _GLM(Model):
     _narrow_X = None
     #: ``(theta_hat bytes, R_hat (N, K), extra_hat (N, k) or None)``: the per-example
     #: gradient terms of all rows at a control variate's centre (see
-    #: :meth:`_centre_terms`); ``R_hat`` is None for a centre seen once.
+    #: :meth:`_centre_terms`).
     _centre_cache = None
     _cache_row_norms = True
     _n_extra = 0
@@ -468,11 +468,10 @@ class _GLM(Model):
         key = theta_hat.tobytes()
         cache = self._centre_cache
         if cache is None or cache[0] != key:
-            # A centre seen for the first time is only remembered: the pass over all rows is
-            # paid when it comes back, so a caller that varies the centre never pays it.
-            self._centre_cache = (key, None, None)
-            return self._gradient_terms(theta_hat, X, y)
-        if cache[1] is None:
+            # Every call, the first included, reads the one pass over all rows: terms
+            # computed on a gathered minibatch can differ from the pass's in the last bit
+            # (another BLAS kernel for another shape), which would make the draws depend on
+            # which call came first (a fit continued in parts would not repeat one fit).
             cache = self._centre_cache = (key, *self._all_gradient_terms(theta_hat))
         _, R_all, extra_all = cache
         if idx is None:
