@@ -1153,7 +1153,16 @@ def _feature_scale_spread(X):
 
         sd = np.sqrt(mean_variance_axis(sp.csr_matrix(X), axis=0)[1])
     else:
-        sd = np.asarray(X, dtype=float).std(axis=0)
+        # By row blocks, shifted by the first row for accuracy: a memory-mapped or integer X
+        # is never copied whole (a fit on a memmap allocates O(D) per pass, not O(N D)).
+        shift = np.asarray(X[:1], dtype=float)
+        total, total_sq = np.zeros(X.shape[1]), np.zeros(X.shape[1])
+        for start in range(0, X.shape[0], 4096):
+            block = np.asarray(X[start:start + 4096], dtype=float) - shift
+            total += block.sum(axis=0)
+            total_sq += np.einsum("ij,ij->j", block, block)
+        mean = total / X.shape[0]
+        sd = np.sqrt(np.maximum(total_sq / X.shape[0] - mean * mean, 0.0))
     sd = sd[np.isfinite(sd) & (sd > 0)]
     return float(sd.max() / sd.min()) if sd.size else 1.0
 
