@@ -139,6 +139,30 @@ class BaseSGBayes(BaseEstimator):
         of :meth:`_user_affine`'s draws."""
         return model.without_data()
 
+    #: Whether :meth:`_run_length_summary` summarises the parameters (then ``fit`` reuses it
+    #: for ``diagnostics_``) rather than a quantity of the subclass's choosing.
+    _run_length_on_parameters = True
+    #: Bulk ESS at which ``n_iter="auto"`` stops, and its ceiling (None: ``MAX_ITER``).
+    _run_length_ess_target = _run_length.ESS_TARGET
+    _run_length_max_iter = None
+    #: What ``batch_size="auto"`` and ``max_draws="auto"`` resolve to (see the constants).
+    _auto_batch_size = AUTO_BATCH_SIZE
+    _auto_max_draws = AUTO_MAX_DRAWS
+
+    def _curvature_point(self, chain_model, start):
+        """Where the ``"auto"`` step size measures the curvature when there is no MAP: the
+        first chain's start. The DRBM's random starts are far from where its chains
+        spend their time and override this."""
+        return start
+
+    def _run_length_summary(self, draws):
+        """The :func:`~skbayes_sg.diagnostics.summarize` that ``n_iter="auto"`` stops on, of
+        the draws ``(n_chains, n_draws, P)`` stored so far: the parameters' by default.
+        Subclasses whose parameters are not identified (the DRBM's hidden units can swap)
+        summarise a predictive quantity instead and set ``_run_length_on_parameters``
+        to False."""
+        return diagnostics.summarize(draws)
+
     # -- the fit loop --------------------------------------------------------------------
     def _laplace_start(self, sampler):
         """Whether the chains start at draws of the Laplace approximation at the MAP, with the
@@ -168,7 +192,7 @@ class BaseSGBayes(BaseEstimator):
             burn_in = getattr(sampler, "_laplace_burn_in", AUTO_BURN_IN) if laplace else AUTO_BURN_IN
         max_draws = self.max_draws
         if isinstance(max_draws, str):
-            max_draws = AUTO_MAX_DRAWS
+            max_draws = self._auto_max_draws
             if getattr(sampler, "_store_every_draw", False):
                 max_draws = max(AUTO_MAX_DRAWS, AUTO_DRAW_FLOATS // (self.n_chains * max(n_params, 1)))
         return burn_in, min_adaptation, max_draws
@@ -208,7 +232,7 @@ class BaseSGBayes(BaseEstimator):
         if self.batch_size == "auto":
             if n_samples * n_params <= FULL_DATA_WORK:
                 return None
-            return min(AUTO_BATCH_SIZE, n_samples)
+            return min(self._auto_batch_size, n_samples)
         if self.batch_size > n_samples:
             warnings.warn(
                 f"batch_size={self.batch_size} is larger than the number of samples ({n_samples}); "
@@ -324,7 +348,8 @@ class BaseSGBayes(BaseEstimator):
             # Whitened at the MAP with the exact Hessian, the curvature there is 1.
             lam = 1.0 if geometry.preconditioner == "dense" else None
             curvature_at = (np.zeros(model.n_params) if geometry.L is not None
-                            else geometry.theta_map if geometry.theta_map is not None else starts[0])
+                            else geometry.theta_map if geometry.theta_map is not None
+                            else self._curvature_point(chain_model, starts[0]))
             if self.batch_size == "auto" and sigma_max and isinstance(sampler.step_size, str):
                 if lam is None:
                     lam = largest_curvature(chain_model, curvature_at)
@@ -401,14 +426,15 @@ class BaseSGBayes(BaseEstimator):
         runners = advance_chains(runners, chain_model, self.n_jobs, self.verbose)
         summary = None
         while self.n_iter == "auto":
-            summary = diagnostics.summarize(np.stack([r.kept_draws() for r in runners]))
-            nxt = _run_length.next_schedule(blocks[-1], summary, burn_in, max_draws, len(runners))
+            summary = self._run_length_summary(np.stack([r.kept_draws() for r in runners]))
+            nxt = _run_length.next_schedule(blocks[-1], summary, burn_in, max_draws, len(runners),
+                                            max_iter=self._run_length_max_iter, ess_target=self._run_length_ess_target)
             if nxt is None:
                 break
             blocks.append(nxt)
             runners = advance_chains([r.extend(nxt.n_iter, nxt.n_burn, nxt.eff_thin) for r in runners],
                                      chain_model, self.n_jobs, self.verbose)
-        return [r.result() for r in runners], summary, blocks
+        return [r.result() for r in runners], summary if self._run_length_on_parameters else None, blocks
 
     def _start_rng(self):
         """Generator of the chains' starting jitter, apart from the chains' own streams."""
@@ -579,7 +605,7 @@ class BaseSGBayes(BaseEstimator):
             cause = ("The chains have not reached equilibrium (a burn-in too short for the friction) or the "
                      "step size is too large: increase n_iter or burn_in, or decrease step_size.")
         if not isinstance(sampler.step_size, str):
-            cause += f" step_size was set by hand; step_size='auto' sets it from the posterior's curvature and noise."
+            cause += " step_size was set by hand; step_size='auto' sets it from the posterior's curvature and noise."
         return (
             f"the chains ran {'hotter' if mean > T_expected else 'colder'} than the target: "
             f"mean kinetic temperature {mean:.3g} against T = {T:g}"

@@ -94,7 +94,7 @@ def first_n_iter(n_iter, burn_in, min_adaptation=0):
     return FIRST_BLOCK
 
 
-def next_schedule(schedule, summary, burn_in, max_draws, n_chains, max_iter=None):
+def next_schedule(schedule, summary, burn_in, max_draws, n_chains, max_iter=None, ess_target=ESS_TARGET):
     """The schedule of the next block of ``n_iter="auto"``, or None to stop.
 
     Parameters
@@ -109,13 +109,15 @@ def next_schedule(schedule, summary, burn_in, max_draws, n_chains, max_iter=None
     n_chains : int
     max_iter : int, optional
         Ceiling on ``n_iter``; default :data:`MAX_ITER`.
+    ess_target : float, default=ESS_TARGET
+        Bulk ESS at which to stop.
 
     Returns
     -------
     Schedule or None
     """
     max_iter = MAX_ITER if max_iter is None else max_iter
-    needed = required_growth(summary, n_chains)
+    needed = required_growth(summary, n_chains, ess_target)
     if needed <= 1.0 or schedule.n_iter >= max_iter:
         return None
     n_kept = schedule.n_iter - schedule.n_burn
@@ -141,7 +143,7 @@ def next_schedule(schedule, summary, burn_in, max_draws, n_chains, max_iter=None
         eff_thin *= 2
 
 
-def required_growth(summary, n_chains):
+def required_growth(summary, n_chains, ess_target=ESS_TARGET):
     """Factor by which the kept draws should grow to meet the targets (<= 1: met).
 
     The bulk and tail ESS are taken as proportional to the kept draws, and the length at
@@ -153,7 +155,7 @@ def required_growth(summary, n_chains):
     rhat = np.asarray(summary["rhat"], dtype=float)
     if not (np.isfinite(ess_bulk).all() and np.isfinite(ess_tail).all()):
         return 2.0
-    ess_ratio = max(ESS_TARGET / ess_bulk.min(), ESS_MIN_PER_CHAIN * n_chains / ess_tail.min())
+    ess_ratio = max(ess_target / ess_bulk.min(), ESS_MIN_PER_CHAIN * n_chains / ess_tail.min())
     growth = MARGIN * ess_ratio if ess_ratio > 1.0 else 1.0
     # A single chain has no R-hat (NaN): its ESS alone decides.
     if n_chains > 1 and not (np.isfinite(rhat).all() and (rhat < RHAT_MAX).all()):

@@ -178,7 +178,10 @@ def test_model_without_data_still_predicts():
 
 
 # -- estimator -----------------------------------------------------------------------------
-@parametrize_with_checks([SGBayesDRBMClassifier(n_hidden=8, n_iter=200, n_chains=2, max_draws=30)])
+# float64 kernel: scikit-learn's sample-weight check asks weighted and repeated rows to agree
+# to 1e-7, and the float32 kernel's sums (relative error ~1e-6 per gradient) differ between
+# the two layouts; the chains then amplify the difference.
+@parametrize_with_checks([SGBayesDRBMClassifier(n_hidden=8, n_iter=200, n_chains=2, max_draws=30, dtype="float64")])
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 

@@ -67,7 +67,8 @@ def test_log_likelihood_of_softmax_regression_and_drbm():
     y = np.argmax(X + 0.5 * rng.normal(size=(90, 3)), axis=1)
     labels = np.array(["a", "b", "c"])[y]
     soft = SGBayesLogisticRegression(n_iter=100, n_chains=2, random_state=0).fit(X, labels)
-    drbm = SGBayesDRBMClassifier(n_hidden=4, n_iter=60, n_chains=2, random_state=0).fit(X, labels)
+    # float64 kernel: the reference model below evaluates in double precision.
+    drbm = SGBayesDRBMClassifier(n_hidden=4, n_iter=60, n_chains=2, dtype="float64", random_state=0).fit(X, labels)
     Xr, yr = _regression()
     reg = SGBayesLinearRegression(n_iter=100, n_chains=2, random_state=0).fit(Xr, yr)
     cases = [(soft, SoftmaxModel(X, y, n_classes=3), X, labels),

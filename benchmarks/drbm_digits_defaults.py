@@ -1,0 +1,153 @@
+"""SGBayesDRBMClassifier's defaults on digits: fit time, accuracy and predictive convergence.
+
+Digits (scikit-learn's ``load_digits``, 1,797 x 64, features scaled by 1/16 to [0, 1], or
+with ``--scale symmetric`` to [-1, 1] as the DRBM's docs recommend),
+split 70/30 stratified with ``random_state=0``: 1,257 training rows, the size of the
+issue's report. Each configuration is fitted in a fresh subprocess (so that none inherits
+another's warm caches) and reports:
+
+* ``fit_s``: wall time of ``fit`` (``fit_cpu_s``: its CPU time, less sensitive to other
+  processes on a shared machine); ``predict_s``: of ``predict_proba`` on the 540 test rows;
+* ``accuracy`` and ``log_loss`` of the posterior predictive on the test rows;
+* the predictive's convergence: the estimator's own monitor (``predictive_rhat``,
+  ``predictive_ess``, ``predictive_ess_tail`` of the per-draw log loss on up to 256
+  training rows) and the same diagnostics of the per-draw *test* log loss
+  (``test_rhat``, ``test_ess``, ``test_ess_tail``), computed here from the draws;
+* the largest parameter R-hat, for contrast (large under hidden-unit permutation);
+* the ConvergenceWarning, if any.
+
+``MLPClassifier`` (scikit-learn's defaults, 100 hidden units) is the point-estimate
+baseline. ``--base PATH`` also runs the old defaults (``n_iter=5000``, double precision)
+with the package found at ``PATH`` (a checkout of the commit before this change).
+
+Prints one JSON object per line; writes ``benchmarks/results/drbm_digits_defaults.jsonl``.
+Usage::
+
+    python benchmarks/drbm_digits_defaults.py [--base /tmp/base] [--config '{"n_iter": 3000}']
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "drbm_digits_defaults.jsonl"
+
+
+def _data(scale="unit"):
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    X, y = load_digits(return_X_y=True)
+    X = X / 16.0 if scale == "unit" else X / 8.0 - 1.0
+    return train_test_split(X, y, train_size=0.7, random_state=0, stratify=y)
+
+
+def _one(label, params, seed, scale="unit"):
+    """Fit one configuration (in this process) and return its row."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.metrics import accuracy_score, log_loss
+
+    Xtr, Xte, ytr, yte = _data(scale)
+    row = {"benchmark": "drbm_digits_defaults", "label": label, "params": params, "random_state": seed, "scale": scale,
+           "n_train": int(Xtr.shape[0]), "n_test": int(Xte.shape[0])}
+    if label == "mlp":
+        from sklearn.neural_network import MLPClassifier
+
+        clf = MLPClassifier(random_state=seed, **params)
+        t0, c0 = time.perf_counter(), time.process_time()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            clf.fit(Xtr, ytr)
+        row["fit_s"] = time.perf_counter() - t0
+        row["fit_cpu_s"] = time.process_time() - c0
+        t0 = time.perf_counter()
+        proba = clf.predict_proba(Xte)
+        row["predict_s"] = time.perf_counter() - t0
+    else:
+        import skbayes_sg
+        from skbayes_sg import SGBayesDRBMClassifier, diagnostics
+
+        row["package"] = str(Path(skbayes_sg.__file__).parent)
+        clf = SGBayesDRBMClassifier(random_state=seed, **params)
+        t0, c0 = time.perf_counter(), time.process_time()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            clf.fit(Xtr, ytr)
+        row["fit_s"] = time.perf_counter() - t0
+        row["fit_cpu_s"] = time.process_time() - c0
+        t0 = time.perf_counter()
+        proba = clf.predict_proba(Xte)
+        row["predict_s"] = time.perf_counter() - t0
+        d = clf.diagnostics_
+        row.update(step_size=d["step_size"], lambda_max=d.get("lambda_max"), batch_size=d["batch_size"],
+                   thin=d["thin"], draws_per_chain=int(clf.samples_.shape[1]), n_iter=int(clf.n_iter_),
+                   n_iter_blocks=d.get("n_iter_blocks"), max_param_rhat=float(np.nanmax(d["rhat"])))
+        for key in ("predictive_rhat", "predictive_ess", "predictive_ess_tail"):
+            if key in d:
+                row[key] = float(d[key])
+        # The per-draw log loss on the test rows, with the same diagnostics.
+        draws = clf.predict_proba_samples(Xte)  # (S, n, C)
+        codes = np.searchsorted(clf.classes_, yte)
+        per_draw = -np.log(np.clip(draws[:, np.arange(codes.size), codes], 1e-300, None)).mean(axis=1)
+        per_draw = per_draw.reshape(clf.samples_.shape[:2])
+        s = diagnostics.summarize(per_draw)
+        row.update(test_rhat=s["rhat"], test_ess=s["ess_bulk"], test_ess_tail=s["ess_tail"],
+                   test_log_loss_chain_means=per_draw.mean(axis=1).round(4).tolist())
+    row["accuracy"] = float(accuracy_score(yte, clf.classes_[proba.argmax(axis=1)]))
+    row["log_loss"] = float(log_loss(yte, proba, labels=clf.classes_))
+    row["warnings"] = [str(w.message)[:300] for w in caught if issubclass(w.category, ConvergenceWarning)]
+    return row
+
+
+def _run(label, params, seed, package=None, scale="unit"):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(package or ROOT)
+    out = subprocess.run([sys.executable, __file__, "--one", json.dumps([label, params, seed, scale])], env=env,
+                         capture_output=True, text=True, check=False)
+    if out.returncode:
+        return {"benchmark": "drbm_digits_defaults", "label": label, "params": params, "error": out.stderr[-2000:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--base", help="package root of the old defaults' commit (runs them too)")
+    parser.add_argument("--config", action="append", default=[],
+                        help="extra estimator parameters as JSON (repeatable); default: the defaults only")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--scale", choices=["unit", "symmetric"], default="unit",
+                        help="features X / 16 in [0, 1] (the issue's setting) or X / 8 - 1 in [-1, 1]")
+    parser.add_argument("--no-mlp", action="store_true")
+    parser.add_argument("--no-defaults", action="store_true", help="only the --config runs (and --base, mlp)")
+    parser.add_argument("--out", default=str(RESULTS), help="results file (JSON lines)")
+    parser.add_argument("--append", action="store_true", help="append to the results file")
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(_one(*json.loads(args.one))))
+        return
+    runs = ([] if args.no_defaults else [("defaults", {}, None)]) + [("config", json.loads(c), None) for c in args.config]
+    if args.base:
+        runs.append(("old_defaults", {}, args.base))
+    if not args.no_mlp:
+        runs.append(("mlp", {}, None))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "a" if args.append else "w") as f:
+        for seed in args.seeds:
+            for label, params, package in runs:
+                row = _run(label, params, seed, package, args.scale)
+                print(json.dumps(row), flush=True)
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+
+
+if __name__ == "__main__":
+    main()

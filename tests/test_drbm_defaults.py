@@ -1,0 +1,209 @@
+"""The DRBM's fused kernel and float32 option, its predictive convergence monitor, and the
+curvature point of its auto step (issue 18, item 6)."""
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.special import expit, logsumexp
+from sklearn.datasets import make_moons
+from sklearn.exceptions import ConvergenceWarning
+
+from skbayes_sg import diagnostics
+from skbayes_sg.drbm import MONITOR_ROWS, SGBayesDRBMClassifier
+from skbayes_sg.models.drbm import DRBMModel
+from skbayes_sg.samplers import SGHMC
+from skbayes_sg.samplers._step_size import largest_curvature
+
+
+def _reference(model, theta, X, y):
+    """Per-example log likelihood and summed gradient by the textbook formulas (logaddexp
+    softplus, expit sigmoid: the arithmetic of the kernel before the tanh rewrite), by loops."""
+    W, U, c, d = model.unpack(theta)
+    ll, grad = 0.0, np.zeros(model.n_params)
+    for i in range(X.shape[0]):
+        O = c[:, None] + U + (W @ X[i])[:, None]  # (H, C)
+        F = d + np.logaddexp(0.0, O).sum(axis=0)
+        logp = F - logsumexp(F)
+        ll += logp[y[i]]
+        r = -np.exp(logp)
+        r[y[i]] += 1.0
+        A = expit(O) * r
+        a = A.sum(axis=1)
+        grad += np.concatenate([np.outer(a, X[i]).ravel(), A.ravel(), a, r])
+    return ll, grad
+
+
+def _digits_like(dtype="float64", N=150, D=20, C=10, H=40, scale=1.0, seed=0):
+    # H C = 400: a block holds 163 rows, so 150 rows with the default block span one block;
+    # predictive chunks and the per-example path are checked beyond one block below.
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 1, size=(N, D))
+    y = rng.integers(0, C, size=N)
+    model = DRBMModel(X, y, n_classes=C, n_hidden=H, init_scale=scale, dtype=dtype, random_state=seed)
+    theta = model.initial_point()
+    theta[H * D + H * C:] = rng.normal(size=H + C)  # biases too
+    return model, theta, X, y
+
+
+@pytest.mark.parametrize("scale", [0.1, 1.0, 30.0])
+def test_kernel_matches_the_textbook_formulas_in_double(scale):
+    model, theta, X, y = _digits_like(scale=scale)
+    ll_ref, g_ref = _reference(model, theta, X, y)
+    ll, g = model.log_likelihood_and_grad(theta)
+    assert ll == pytest.approx(ll_ref, rel=1e-10)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-10 * np.abs(g_ref).max())
+    # The per-example path, over several blocks (rows with repeats, as minibatches have).
+    idx = np.random.default_rng(1).integers(0, X.shape[0], 400)
+    grads = model.per_example_gradients(theta, idx)
+    _, g_idx = _reference(model, theta, X[idx], y[idx])
+    np.testing.assert_allclose(grads.mean() * idx.size, g_idx, rtol=1e-10, atol=1e-10 * np.abs(g_idx).max())
+    np.testing.assert_allclose(grads.A.sum(axis=0).ravel(), g_idx[model.n_hidden * model.n_features:][
+        :model.n_hidden * model.n_classes], rtol=1e-5, atol=1e-6 * np.abs(g_idx).max())
+
+
+def test_kernel_gradient_matches_finite_differences():
+    model, theta, X, y = _digits_like(N=12, D=3, C=4, H=6)
+    _, g = model.log_likelihood_and_grad(theta)
+    eps = 1e-6
+    fd = np.empty_like(theta)
+    for j in range(theta.size):
+        e = np.zeros_like(theta)
+        e[j] = eps
+        fd[j] = (model.log_likelihood_and_grad(theta + e)[0] - model.log_likelihood_and_grad(theta - e)[0]) / (2 * eps)
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7)
+
+
+def test_float32_kernel_is_single_precision_close_and_falls_back_for_huge_weights():
+    m64, theta, X, y = _digits_like()
+    m32 = _digits_like(dtype="float32")[0]
+    ll64, g64 = m64.log_likelihood_and_grad(theta)
+    ll32, g32 = m32.log_likelihood_and_grad(theta)
+    assert ll32 == pytest.approx(ll64, rel=1e-5)
+    np.testing.assert_allclose(g32, g64, rtol=0, atol=1e-5 * np.abs(g64).max())
+    assert m32.per_example_gradients(theta, np.arange(10)).A.dtype == np.float32
+    np.testing.assert_allclose(m32.predict_draws(theta[None], X), m64.predict_draws(theta[None], X), atol=1e-5)
+    # Pre-activations beyond float32's range: that call runs in double, so it stays finite and exact.
+    huge = 1e36 * theta
+    ll32, g32 = m32.log_likelihood_and_grad(huge)
+    ll64, g64 = m64.log_likelihood_and_grad(huge)
+    assert np.isfinite(ll32) and ll32 == pytest.approx(ll64, rel=1e-12)
+    np.testing.assert_allclose(g32, g64, rtol=1e-12)
+    with pytest.raises(ValueError, match="dtype must be"):
+        DRBMModel(X, y, n_classes=10, dtype="float16")
+
+
+def _moons(n=200):
+    return make_moons(n_samples=n, noise=0.2, random_state=0)
+
+
+def _mcse_of_proba(clf, X):
+    """Per test point and class, the Monte Carlo standard error of the posterior predictive."""
+    draws = clf.predict_proba_samples(X)  # (S, n, C)
+    n_chains = clf.samples_.shape[0]
+    per_chain = draws.reshape(n_chains, -1, *draws.shape[1:])
+    return diagnostics.mcse_mean(per_chain.reshape(n_chains, per_chain.shape[1], -1)).reshape(draws.shape[1:])
+
+
+def test_float32_gives_the_float64_posterior_predictive_within_monte_carlo_error():
+    X, y = _moons()
+    X_test = np.array([[-1.0, 0.5], [0.0, 0.5], [0.5, -0.3], [1.0, 0.0], [1.5, -0.5], [2.0, 0.5]])
+    # Full-data SGHMC at a large step: the cheapest chains that mix in a test's time.
+    kw = dict(n_hidden=4, sampler=SGHMC(step_size=0.05), n_iter=1500, n_chains=4, batch_size=None, max_draws=500)
+    fits = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for dtype, seed in (("float32", 1), ("float64", 2)):  # independent chains: differences are MC error
+            fits[dtype] = SGBayesDRBMClassifier(dtype=dtype, random_state=seed, **kw).fit(X, y)
+    p32, p64 = (fits[k].predict_proba(X_test)[:, 1] for k in ("float32", "float64"))
+    se = np.hypot(_mcse_of_proba(fits["float32"], X_test)[:, 1], _mcse_of_proba(fits["float64"], X_test)[:, 1])
+    assert np.all(np.isfinite(se)) and se.max() < 0.03, se
+    # Six points compared: 4 standard errors each keeps a false alarm below 1 in 2,500.
+    assert np.all(np.abs(p32 - p64) < 4 * se), (p32, p64, se)
+    # ...and the predictive is not trivially shared: it varies over the test points.
+    assert np.ptp(p64) > 0.5
+
+
+def test_predictive_monitor_is_the_per_draw_training_log_loss():
+    X, y = _moons(n=2 * MONITOR_ROWS + 7)
+    labels = np.array(["b", "a"])[y]  # encoded: "a" -> 0
+    clf = SGBayesDRBMClassifier(n_hidden=4, n_iter=60, n_chains=3, sampler="sgld", random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(X, labels)
+    loss = clf.sample_stats_["log_loss"]
+    assert loss.shape == clf.samples_.shape[:2]
+    # Direct computation: evenly spaced rows, each draw's mean -log p(y_i | x_i, theta).
+    rows = np.linspace(0, X.shape[0] - 1, MONITOR_ROWS).round().astype(int)
+    codes = (labels[rows] == "b").astype(int)
+    proba = clf.predict_proba_samples(X[rows])  # (S, rows, C)
+    direct = -np.log(proba[:, np.arange(rows.size), codes]).mean(axis=1)
+    np.testing.assert_allclose(loss.ravel(), direct, rtol=1e-10)
+    assert clf.diagnostics_["predictive_rhat"] == pytest.approx(diagnostics.split_rhat(loss), rel=1e-12)
+    assert clf.diagnostics_["predictive_ess"] == pytest.approx(diagnostics.ess_bulk(loss), rel=1e-12)
+    assert clf.diagnostics_["predictive_ess_tail"] == pytest.approx(diagnostics.ess_tail(loss), rel=1e-12)
+    # The fitted estimator keeps no training rows.
+    assert clf._monitor is None
+
+
+def test_convergence_warning_follows_the_predictive_not_the_permutable_weights():
+    X, y = _moons()
+    # Chains from random starts stopped early disagree on the predictive.
+    with pytest.warns(ConvergenceWarning, match="per-draw training log loss"):
+        short = SGBayesDRBMClassifier(n_hidden=4, n_iter=40, n_chains=4, random_state=0).fit(X, y)
+    assert short.diagnostics_["predictive_rhat"] > 1.01
+
+
+def test_auto_run_length_stops_on_the_predictive_without_warning_while_the_weights_disagree():
+    X, y = _moons()
+    # n_iter="auto" runs until the predictive has converged, although the weights have not
+    # (hidden units sit in different, equivalent orders in different chains): no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        clf = SGBayesDRBMClassifier(n_hidden=4, sampler=SGHMC(step_size=0.05), n_iter="auto", n_chains=4,
+                                    batch_size=None, max_draws=500, random_state=0).fit(X, y)
+    d = clf.diagnostics_
+    assert d["predictive_rhat"] < 1.01 and min(d["predictive_ess"], d["predictive_ess_tail"]) >= 400
+    assert len(d["n_iter_blocks"]) > 1 and clf.n_iter_ == d["n_iter_blocks"][-1]
+    assert np.nanmax(d["rhat"]) > 1.1
+
+
+def test_auto_step_measures_the_curvature_where_the_network_fits_the_data():
+    X, y = _moons()
+    clf = SGBayesDRBMClassifier(n_hidden=8, n_iter=10, n_chains=2, random_state=0).fit(X, y)
+    model = clf._build_model(X, y)
+    start = clf._initial_points(model)[0]
+    at_start = largest_curvature(model, start)
+    # The auto step used the curvature after the short ascent, well below the start's.
+    point = clf._curvature_point(model, start)
+    assert model.log_posterior_and_grad(point)[0] > model.log_posterior_and_grad(start)[0]
+    assert clf.diagnostics_["lambda_max"] == pytest.approx(largest_curvature(model, point), rel=0.05)
+    assert clf.diagnostics_["lambda_max"] < 0.8 * at_start
+
+
+def test_auto_defaults_resolve_to_the_drbm_values_and_the_ceiling_warns(monkeypatch):
+    from skbayes_sg import drbm
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, size=(1000, 64)), rng.integers(0, 10, size=1000)
+    clf = SGBayesDRBMClassifier(n_iter=3, n_chains=1, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(X, y)
+    # N P = 1,000 x 3,760: minibatches of AUTO_BATCH_SIZE; 250 draws per chain at most.
+    assert clf.diagnostics_["batch_size"] == drbm.AUTO_BATCH_SIZE == 100
+    assert clf._run_policy(clf._sampler, clf.samples_.shape[-1])[2] == drbm.AUTO_MAX_DRAWS == 250
+    # n_iter="auto" stops at the DRBM's ceiling and says so when the predictive lags.
+    monkeypatch.setattr(SGBayesDRBMClassifier, "_run_length_max_iter", 1200)
+    Xm, ym = _moons()
+    slow = SGBayesDRBMClassifier(n_hidden=2, sampler=SGHMC(step_size=0.002), n_chains=2, batch_size=None,
+                                 random_state=0)
+    with pytest.warns(ConvergenceWarning, match="stopped at its ceiling of 1200") as record:
+        slow.fit(Xm, ym)
+    # ...and names the run length that would reach the targets, from the ESS it got.
+    d = slow.diagnostics_
+    message = str(record[0].message)
+    suggested = int(message.split("about n_iter=")[1].split(" ")[0])
+    ratio = 100 * 2 / min(d["predictive_ess"], d["predictive_ess_tail"])
+    assert suggested >= 1200 * min(ratio, 1.25) and suggested <= 1200 * max(1.1 * ratio, 2.0) + 1000
+    assert slow.n_iter_ == 1200 and slow.diagnostics_["n_iter_blocks"] == [1000, 1200]
