@@ -1,12 +1,15 @@
 """Reference posteriors for the accuracy benchmarks: problems and their stored summaries.
 
-Each problem is a Bayesian logistic regression with an isotropic Gaussian prior
-``N(0, alpha^-1 I)`` on the weights *and* the intercept, the posterior that
-:class:`skbayes_sg.models.LogisticModel` defines (the papers' prior; an estimator compared
-with it passes ``alpha_intercept=alpha``, since its default intercept prior is weaker). Its reference summary (mean, sd and
+Each problem is a Bayesian logistic regression with independent Gaussian priors
+``N(0, 1 / alpha)`` on the weights and ``N(0, 1 / alpha_intercept)`` on the intercept, the
+posterior that :class:`skbayes_sg.models.LogisticModel` defines. Every problem but
+``"a9a_default"`` has the papers' isotropic prior, ``alpha_intercept = alpha`` (an
+estimator compared with one passes ``alpha_intercept=alpha``, since its default intercept
+prior is weaker); ``"a9a_default"`` has the estimators' default prior, what
+``SGBayesLogisticRegression().fit(X, y)`` samples. Its reference summary (mean, sd and
 covariance per coordinate) is computed once by full-data HMC in
 ``benchmarks/reference_posterior.py`` and stored in ``benchmarks/results/reference_<name>.npz``;
-benchmarks read it with :func:`load_reference`.
+benchmarks read it with :func:`load_reference`, and the prior with :func:`problem_prior`.
 
 Parameter layout, as skbayes_sg's: the ``D`` coefficients, then the intercept (``P = D + 1``).
 
@@ -14,7 +17,10 @@ Problems
 --------
 ``"a9a"``
     LIBSVM a9a (UCI Adult), the training split of ``shared/data/a9a.npz``:
-    32,560 x 123 binary features, y in {0, 1}; alpha = 1.
+    32,560 x 123 binary features, y in {0, 1}; alpha = alpha_intercept = 1.
+``"a9a_default"``
+    The same data with the estimators' default prior: alpha = 1 on the coefficients,
+    alpha_intercept = 0.01 (``N(0, 10^2)``) on the intercept.
 ``"a9a_unscaled"``
     The same with columns 0, 1 and 2 of X multiplied by 1000, a badly scaled problem
     (their coefficients' posterior sds are ~1000x smaller than the others'); alpha = 1,
@@ -36,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["PROBLEMS", "make_problem", "load_reference", "reference_path"]
+__all__ = ["PROBLEMS", "make_problem", "problem_prior", "prior_precision", "load_reference", "reference_path"]
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
@@ -44,7 +50,13 @@ REPO_ROOT = HERE.parent
 DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 RESULTS_DIR = HERE / "results"
 
-PROBLEMS = ("a9a", "a9a_unscaled", "synth_1e4", "synth_1e5", "breast_cancer_raw")
+PROBLEMS = ("a9a", "a9a_default", "a9a_unscaled", "synth_1e4", "synth_1e5", "breast_cancer_raw")
+
+#: Prior precisions ``(alpha, alpha_intercept)`` of each problem: the papers' isotropic
+#: ``N(0, 1)`` on every coordinate, but for ``a9a_default`` the estimators' defaults
+#: (``SGBayesLogisticRegression(alpha=1.0, alpha_intercept=0.01)``).
+PRIORS = {name: (1.0, 1.0) for name in PROBLEMS}
+PRIORS["a9a_default"] = (1.0, 0.01)
 
 SYNTH_SEED = 20261124
 SYNTH_D = 20
@@ -88,7 +100,8 @@ def make_problem(name):
     X : ndarray of shape (N, D), float64, C-contiguous
     y : ndarray of shape (N,), int64 with values in {0, 1}
     alpha : float
-        Prior precision of every coefficient and of the intercept.
+        Prior precision of every coefficient (of the intercept too but for ``"a9a_default"``;
+        see :func:`problem_prior` for both).
     fit_intercept : bool
         Always True: the intercept is the last of the ``P = D + 1`` parameters.
 
@@ -98,7 +111,7 @@ def make_problem(name):
     >>> X.shape, alpha, fit_intercept
     ((10000, 20), 1.0, True)
     """
-    if name == "a9a":
+    if name in ("a9a", "a9a_default"):
         X, y = _a9a()
     elif name == "a9a_unscaled":
         X, y = _a9a()
@@ -111,7 +124,31 @@ def make_problem(name):
         X, y = _breast_cancer()
     else:
         raise ValueError(f"unknown reference problem {name!r}; expected one of {PROBLEMS}")
-    return X, y, 1.0, True
+    return X, y, PRIORS[name][0], True
+
+
+def problem_prior(name):
+    """``(alpha, alpha_intercept)``: the prior precisions of problem ``name``'s coefficients and
+    intercept, as :class:`skbayes_sg.models.LogisticModel` and the estimators take them.
+
+    Examples
+    --------
+    >>> problem_prior("a9a"), problem_prior("a9a_default")
+    ((1.0, 1.0), (1.0, 0.01))
+    """
+    if name not in PRIORS:
+        raise ValueError(f"unknown reference problem {name!r}; expected one of {PROBLEMS}")
+    return PRIORS[name]
+
+
+def prior_precision(name, n_features):
+    """The prior precision of each of the ``P = n_features + 1`` coordinates of problem ``name``
+    (coefficients, then the intercept): a float when they all share one (the papers' prior,
+    whose arithmetic then stays that of a scalar), an array of shape (P,) otherwise."""
+    alpha, alpha_intercept = problem_prior(name)
+    if alpha == alpha_intercept:
+        return float(alpha)
+    return np.append(np.full(n_features, float(alpha)), float(alpha_intercept))
 
 
 def reference_path(name):
@@ -137,7 +174,9 @@ def load_reference(name):
         ``ess_bulk``, ``ess_tail``, ``rhat``, ``mcse_mean`` (P,): per-coordinate diagnostics;
         scalars ``ess_bulk_min``, ``ess_tail_min``, ``rhat_max``, ``n_draws`` (pooled kept
         draws), ``n_chains``, ``step_size``, ``accept_rate``, ``seconds``, ``seed``,
-        ``alpha``, ``fit_intercept``, ``n_samples``, ``n_features``;
+        ``alpha`` (coefficients), ``alpha_intercept``, ``fit_intercept``, ``n_samples``,
+        ``n_features``; ``prior_precision`` (P,) (references computed before
+        ``alpha_intercept`` was stored have the papers' prior: ``alpha_intercept = alpha``);
         ``laplace_mean_dev_max`` (max ``|map - mean| / sd``) and ``laplace_sd_dev_max``
         (max ``|laplace_sd / sd - 1|``).
 
@@ -154,4 +193,9 @@ def load_reference(name):
     with np.load(path) as data:
         ref = {key: data[key] for key in data.files}
     # 0-d arrays as Python scalars, so that callers can format and compare them directly.
-    return {key: (value.item() if value.ndim == 0 else value) for key, value in ref.items()}
+    ref = {key: (value.item() if value.ndim == 0 else value) for key, value in ref.items()}
+    # References saved before the prior was stored per coordinate have the papers' prior.
+    ref.setdefault("alpha_intercept", ref["alpha"])
+    ref.setdefault("prior_precision", np.append(np.full(int(ref["n_features"]), float(ref["alpha"])),
+                                                float(ref["alpha_intercept"])))
+    return ref

@@ -48,7 +48,14 @@ Parts (``--part``)
     ``gradient="minibatch"``, ``MCCAdL(preconditioner="none")``, ``batch_size=200``,
     ``n_iter=5000``), and mccadl and sgld
     with ``n_iter=20000`` to separate bias from Monte Carlo error. ``n_jobs=2``. The
-    Laplace approximation's errors (from the reference) are reported alongside.
+    Laplace approximation's errors (from the reference) are reported alongside. Every fit
+    passes the reference's prior, the papers' ``alpha = alpha_intercept = 1``.
+``a9a_default``
+    What a user gets: each sampler's ``SGBayesLogisticRegression(sampler=name,
+    random_state=0, n_jobs=2).fit(X, y)`` on a9a with *no* prior argument (the default prior,
+    ``alpha=1`` on the coefficients and ``alpha_intercept=0.01`` on the intercept) against
+    the HMC reference of that prior, ``a9a_default``; and the Laplace approximation's
+    errors. The part checks that the estimator's default prior is the reference's.
 ``unscaled``
     ``a9a_unscaled`` (three columns x1000) and ``breast_cancer_raw`` (raw features),
     default estimator (mccadl) and sgld, no user scaling; requirement: R-hat < 1.01 and the
@@ -98,7 +105,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _exact_linreg import known_noise_posterior, sampled_noise_posterior, sufficient_statistics  # noqa: E402
-from _reference import load_reference, make_problem  # noqa: E402
+from _reference import load_reference, make_problem, problem_prior  # noqa: E402
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg.samplers import SAMPLERS  # noqa: E402
@@ -284,14 +291,33 @@ def part_gaussian(emit, quick, samplers):
             del X, y
 
 
-def part_logistic(emit, quick, samplers, problems, configs_for):
+def _estimator_prior(problem, default_prior):
+    """Keyword arguments giving ``SGBayesLogisticRegression`` the prior of the reference ``problem``:
+    none with ``default_prior`` (after checking that the estimator's defaults are that prior),
+    else ``alpha`` and ``alpha_intercept`` explicitly (the papers' prior for the older problems)."""
+    alpha, alpha_intercept = problem_prior(problem)
+    if not default_prior:
+        return {"alpha": alpha, "alpha_intercept": alpha_intercept}
+    defaults = SGBayesLogisticRegression().get_params()
+    if (defaults["alpha"], defaults["alpha_intercept"]) != (alpha, alpha_intercept):
+        raise RuntimeError(f"the estimator's default prior (alpha={defaults['alpha']}, alpha_intercept="
+                           f"{defaults['alpha_intercept']}) is not the prior of reference {problem!r} "
+                           f"(alpha={alpha}, alpha_intercept={alpha_intercept}): recompute the reference")
+    return {}
+
+
+def part_logistic(emit, quick, samplers, problems, configs_for, default_prior=False):
+    part = configs_for.__name__.replace("_configs", "")
     for problem in problems:
         X, y, alpha, fit_intercept = make_problem(problem)
         ref = load_reference(problem)
+        prior_kw = _estimator_prior(problem, default_prior)
+        prior = {"alpha": problem_prior(problem)[0], "alpha_intercept": problem_prior(problem)[1],
+                 "prior_passed": bool(prior_kw)}
         lap_z = np.abs(ref["map"] - ref["mean"]) / ref["sd"]
         lap_ratio = ref["laplace_sd"] / ref["sd"]
-        emit({"part": configs_for.__name__.replace("_configs", ""), "kind": "laplace", "problem": problem,
-              "N": int(X.shape[0]), "D": int(X.shape[1]), "sampler": "laplace", "config": "laplace",
+        emit({"part": part, "kind": "laplace", "problem": problem,
+              "N": int(X.shape[0]), "D": int(X.shape[1]), "sampler": "laplace", "config": "laplace", **prior,
               "max_z": _r(lap_z.max()), "worst_z_index": int(lap_z.argmax()),
               "sd_ratio_min": _r(lap_ratio.min()), "sd_ratio_max": _r(lap_ratio.max()),
               "sd_ratio_mean": _r(lap_ratio.mean()),
@@ -299,11 +325,10 @@ def part_logistic(emit, quick, samplers, problems, configs_for):
               "ref_ess_bulk_min": _r(ref["ess_bulk_min"], 5), "ref_rhat_max": _r(ref["rhat_max"]),
               "ref_mcse_med": _r(np.median(ref["mcse_mean"] / ref["sd"]))})
         for name, config, kw in configs_for(quick, samplers):
-            est = SGBayesLogisticRegression(random_state=0, n_jobs=2, alpha=alpha, alpha_intercept=alpha,
-                                            fit_intercept=fit_intercept, **kw)
-            rec = {"part": configs_for.__name__.replace("_configs", ""), "kind": "fit", "problem": problem,
+            est = SGBayesLogisticRegression(random_state=0, n_jobs=2, fit_intercept=fit_intercept, **prior_kw, **kw)
+            rec = {"part": part, "kind": "fit", "problem": problem,
                    "N": int(X.shape[0]), "D": int(X.shape[1]), "sampler": name, "config": config,
-                   "n_iter": est.n_iter}
+                   "n_iter": est.n_iter, **prior}
             rec.update(run_fit(est, X, y, ref["mean"], ref["sd"], ref["mcse_mean"], ref["ess_bulk"]))
             emit(rec)
         del X, y
@@ -322,6 +347,11 @@ def a9a_configs(quick, samplers):
     if not quick:
         out += [(name, "n_iter=20000", {"sampler": name, "n_iter": 20000}) for name in OLD_SAMPLERS if name in samplers]
     return out
+
+
+def a9a_default_configs(quick, samplers):
+    n_iter = {"n_iter": 1000} if quick else {}
+    return [(name, "default", {"sampler": name, **n_iter}) for name in samplers]
 
 
 def unscaled_configs(quick, samplers):
@@ -367,7 +397,7 @@ def markdown_tables(records):
                 f"{r.get('gradient')}/{r.get('preconditioner')} | {_fmt(r['seconds'])} | "
                 f"{_fmt(r['pass_raw'])} | {_fmt(r['pass_mcse'])} |")
         lines.append("")
-    for part in ("a9a", "unscaled"):
+    for part in ("a9a", "a9a_default", "unscaled"):
         rows = [r for r in records if r.get("part") == part and r.get("kind") in ("fit", "laplace")]
         if not rows:
             continue
@@ -463,12 +493,13 @@ def plot(records, path):
     for ax, part, key, label in ((axes[1, 0], "a9a", "max_z", "max |mean error| / sd"),
                                  (axes[1, 1], "a9a", "ess_per_s", "min bulk ESS per second"),
                                  (axes[1, 2], "unscaled", "max_z", "max |mean error| / sd")):
-        rows = [r for r in records if r.get("part") == part and r.get("kind") in ("fit", "laplace")
+        # The a9a panels show both priors' parts (a9a: the papers', a9a_default: the estimators').
+        rows = [r for r in records if r.get("part") in ((part, "a9a_default") if part == "a9a" else (part,)) and r.get("kind") in ("fit", "laplace")
                 and "error" not in r and r.get(key) is not None]
         if not rows:
             ax.set_visible(False)
             continue
-        labels = [f"{r.get('problem', '')[:8]} {r['sampler']} {r['config']}" for r in rows]
+        labels = [f"{r.get('problem', '')[:11]} {r['sampler']} {r['config']}" for r in rows]
         vals = [r[key] for r in rows]
         ax.barh(range(len(rows)), vals, color=[colors.get(r["sampler"], "grey") for r in rows])
         ax.set_yticks(range(len(rows)), labels, fontsize=6)
@@ -487,7 +518,7 @@ def plot(records, path):
 # -- main -------------------------------------------------------------------------------
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("gaussian", "a9a", "unscaled", "all"), default="all")
+    parser.add_argument("--part", choices=("gaussian", "a9a", "a9a_default", "unscaled", "all"), default="all")
     parser.add_argument("--quick", action="store_true", help="small smoke version (N <= 1e4, D = 5, few fits)")
     parser.add_argument("--samplers", default=None,
                         help="comma-separated subset of " + ",".join(SG_SAMPLERS) + " (default: all; quick: mccadl,sgld)")
@@ -522,13 +553,15 @@ def main():
     emit({"kind": "meta", "part": args.part, "quick": args.quick, "samplers": list(samplers),
           "argv": sys.argv[1:], "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **library_state(),
           "python": platform.python_version(), "numpy": np.__version__, "sklearn": sklearn.__version__})
-    parts = ("gaussian", "a9a", "unscaled") if args.part == "all" else (args.part,)
+    parts = ("gaussian", "a9a", "a9a_default", "unscaled") if args.part == "all" else (args.part,)
     t0 = time.perf_counter()
     for part in parts:
         if part == "gaussian":
             part_gaussian(emit, args.quick, samplers)
         elif part == "a9a":
             part_logistic(emit, args.quick, samplers, ("a9a",), a9a_configs)
+        elif part == "a9a_default":
+            part_logistic(emit, args.quick, samplers, ("a9a_default",), a9a_default_configs, default_prior=True)
         else:
             problems = ("breast_cancer_raw",) if args.quick else ("a9a_unscaled", "breast_cancer_raw")
             part_logistic(emit, args.quick, samplers, problems, unscaled_configs)

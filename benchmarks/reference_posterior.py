@@ -1,12 +1,13 @@
 """Exact full-data reference posteriors for the accuracy benchmarks, by HMC.
 
-For each named problem of :mod:`_reference` (Bayesian logistic regression, prior
-``N(0, alpha^-1 I)`` on the weights and the intercept), this script
+For each named problem of :mod:`_reference` (Bayesian logistic regression, priors
+``N(0, 1 / alpha)`` on the weights and ``N(0, 1 / alpha_intercept)`` on the intercept:
+a diagonal prior precision ``A``, ``alpha I`` for the papers' prior), this script
 
 1. finds the MAP by Newton's method on the log posterior of
    :class:`skbayes_sg.models.LogisticModel` (the posterior the library samples), after
    checking that model against an independent NumPy formula at a random point;
-2. computes the dense Hessian ``H = X~' diag(p (1 - p)) X~ + alpha I`` (``X~ = [X, 1]``) of
+2. computes the dense Hessian ``H = X~' diag(p (1 - p)) X~ + A`` (``X~ = [X, 1]``) of
    the negative log posterior at the MAP;
 3. runs 4 chains of Hamiltonian Monte Carlo with a Metropolis correction and mass matrix
    ``H``, i.e. unit mass in the coordinates ``z = L' (theta - MAP)`` with ``H = L L'``,
@@ -44,7 +45,8 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from _reference import PROBLEMS, RESULTS_DIR, make_problem, reference_path  # noqa: E402
+from _reference import (PROBLEMS, RESULTS_DIR, make_problem, prior_precision, problem_prior,  # noqa: E402
+                        reference_path)
 
 from skbayes_sg.diagnostics import ess_bulk, ess_tail, mcse_mean, split_rhat  # noqa: E402
 from skbayes_sg.models import LogisticModel  # noqa: E402
@@ -68,20 +70,22 @@ def numpy_log_posterior_and_grad(theta, X, y, alpha):
 
     Independent of skbayes_sg, to check its model: ``sum_i y_i z_i - log(1 + e^{z_i})``
     with ``z = X w + b``, written with ``np.logaddexp`` for stability, plus the prior
-    ``-alpha / 2 |theta|^2`` on the weights and the intercept.
+    ``-1/2 sum_j alpha_j theta_j^2`` on the weights and the intercept; ``alpha`` is the
+    prior precision, a float (the same for every coordinate) or an array of shape (P,).
     """
     w, b = theta[:-1], theta[-1]
     z = X @ w + b
     resid = y - expit(z)
-    logp = float(y @ z - np.logaddexp(0.0, z).sum()) - 0.5 * alpha * float(theta @ theta)
+    logp = float(y @ z - np.logaddexp(0.0, z).sum()) - 0.5 * float(theta @ (alpha * theta))
     grad = np.append(X.T @ resid, resid.sum()) - alpha * theta
     return logp, grad
 
 
 def neg_log_posterior_hessian(theta, X, alpha):
-    """Dense Hessian of the negative log posterior, ``X~' diag(p (1 - p)) X~ + alpha I``.
+    """Dense Hessian of the negative log posterior, ``X~' diag(p (1 - p)) X~ + diag(alpha)``.
 
-    Built by blocks so that ``X~ = [X, 1]`` (a copy of X) is never formed.
+    ``alpha``: the prior precision, a float or an array of shape (P,). Built by blocks so
+    that ``X~ = [X, 1]`` (a copy of X) is never formed.
     """
     p = expit(X @ theta[:-1] + theta[-1])
     weight = p * (1.0 - p)
@@ -323,14 +327,18 @@ def compute_reference(name, *, n_chains=4, n_warmup=500, n_draws=2500, max_draws
         The JSON line of the run (settings, diagnostics, Laplace discrepancy, seconds).
     """
     start = time.perf_counter()
-    X, y, alpha, fit_intercept = make_problem(name)
+    X, y, _, fit_intercept = make_problem(name)
+    alpha, alpha_intercept = problem_prior(name)
+    # Per coordinate (P,), or a float for the papers' isotropic prior: then every formula's
+    # arithmetic is the scalar's it always was, and the older problems' results are unchanged.
+    precision = prior_precision(name, X.shape[1])
     y = y.astype(np.float64)
-    model = LogisticModel(X, y, alpha=alpha, fit_intercept=fit_intercept)
+    model = LogisticModel(X, y, alpha=alpha, alpha_intercept=alpha_intercept, fit_intercept=fit_intercept)
     # The seed mixes in the problem's name so that problems do not share streams.
     seed_seq = [seed, *name.encode()]
-    check = check_model(model, X, y, alpha, np.random.default_rng(seed_seq))
-    theta_map, newton_iter = find_map(model, X, alpha)
-    H = neg_log_posterior_hessian(theta_map, X, alpha)
+    check = check_model(model, X, y, precision, np.random.default_rng(seed_seq))
+    theta_map, newton_iter = find_map(model, X, precision)
+    H = neg_log_posterior_hessian(theta_map, X, precision)
     laplace_cov = cho_solve(cho_factor(H), np.eye(H.shape[0]))
     laplace_sd = np.sqrt(np.diag(laplace_cov))
     log(f"{name}: N={X.shape[0]} D={X.shape[1]}, MAP in {newton_iter} Newton iterations, "
@@ -345,6 +353,7 @@ def compute_reference(name, *, n_chains=4, n_warmup=500, n_draws=2500, max_draws
 
     record = {
         "problem": name, "n_samples": X.shape[0], "n_features": X.shape[1], "alpha": alpha,
+        "alpha_intercept": alpha_intercept,
         "n_chains": n_chains, "n_warmup": n_warmup, "n_draws": int(pooled.shape[0]), **stats,
         "n_grad_evals": target.n_evals,
         "ess_bulk_min": float(diag["ess_bulk"].min()), "ess_tail_min": float(diag["ess_tail"].min()),
@@ -360,7 +369,8 @@ def compute_reference(name, *, n_chains=4, n_warmup=500, n_draws=2500, max_draws
         mcse_mean=diag["mcse_mean"], n_draws=pooled.shape[0], n_chains=n_chains,
         ess_bulk_min=record["ess_bulk_min"], ess_tail_min=record["ess_tail_min"],
         rhat_max=record["rhat_max"], step_size=stats["step_size"], accept_rate=stats["accept_rate"],
-        seconds=seconds, seed=seed, alpha=alpha, fit_intercept=fit_intercept,
+        seconds=seconds, seed=seed, alpha=alpha, alpha_intercept=alpha_intercept,
+        prior_precision=np.broadcast_to(precision, theta_map.shape), fit_intercept=fit_intercept,
         n_samples=X.shape[0], n_features=X.shape[1],
         laplace_mean_dev_max=record["laplace_mean_dev_max"],
         laplace_sd_dev_max=record["laplace_sd_dev_max"])
