@@ -5,9 +5,9 @@ import warnings
 import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from ._estimator import BaseSGBayes, epoch_permutation
+from ._estimator import BaseSGBayes, epoch_permutation, validate_data
 
 #: Labels are checked and encoded this many rows at a time. sklearn's
 #: ``check_classification_targets`` and ``np.unique(y, return_inverse=True)`` sort whole

@@ -6,10 +6,10 @@ import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ._classifier import BaseSGBayesClassifier
-from ._estimator import BaseSGBayes, epoch_permutation
+from ._estimator import BaseSGBayes, epoch_permutation, validate_data
 from .models import LinearRegressionModel, LogisticModel, SoftmaxModel
 
 _COMMON_DOC = """

@@ -1,0 +1,102 @@
+"""Issue 20: inputs a new user may feed the estimators end in a fit with finite predictions
+or a ValueError naming the problem and the fix; no numpy/scipy warning and no C library's
+message reaches the user. The issue's four reproducers, then one test per bad outcome
+class that the fuzz sweep (tests/test_property.py, benchmarks/fuzz_sweep.py) found.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
+from skbayes_sg._estimator import _map_estimate
+from skbayes_sg.models import LinearRegressionModel
+
+
+@pytest.fixture
+def strict(capfd):
+    """Numpy/scipy warnings are errors (the library's ConvergenceWarning is allowed); on
+    exit nothing may have been written to file descriptors 1 and 2 (LAPACK prints there)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        yield
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", (out, err)
+
+
+# -- the issue's reproducers -------------------------------------------------------------------
+
+def test_issue_1_features_of_size_1e300_raise_a_clear_error_and_print_nothing(strict):
+    X = np.random.default_rng(0).standard_normal((2, 3)) * 1e300
+    for init in ("zeros", "map"):
+        with pytest.raises(ValueError, match="features of size .*Standardise the features"):
+            SGBayesLogisticRegression(n_iter=20, init=init).fit(X, [0, 1])
+
+
+def test_issue_2_thin_beyond_the_kept_iterations_is_a_clear_error(strict):
+    X = np.random.default_rng(0).standard_normal((2, 3))
+    with pytest.raises(ValueError, match="thin=50: no draw would be kept"):
+        SGBayesLogisticRegression(n_iter=20, thin=50).fit(X, [0, 1])
+
+
+def test_issue_3_one_chain_one_draw_fits_with_only_the_librarys_warning():
+    X = np.random.default_rng(0).standard_normal((2, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = SGBayesLogisticRegression(n_iter=20, n_chains=1, max_draws=1, random_state=0).fit(X, [0, 1])
+    assert [w.category for w in caught] == [ConvergenceWarning], [str(w.message) for w in caught]
+    assert "too few to assess convergence" in str(caught[0].message)
+    assert np.isfinite(clf.predict_proba(X)).all()
+
+
+def test_issue_4_drbm_on_features_of_size_1e150_fits_finitely(strict):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20, 3)) * 1e150
+    clf = SGBayesDRBMClassifier(n_hidden=3, n_iter=20, n_chains=2, random_state=0).fit(X, rng.integers(0, 2, 20))
+    assert np.isfinite(clf.predict_proba(X)).all()
+
+
+# -- found by the fuzz sweep -------------------------------------------------------------------
+
+@pytest.mark.parametrize("Estimator", [SGBayesLogisticRegression, SGBayesLinearRegression, SGBayesDRBMClassifier])
+def test_features_holding_both_infinities_give_sklearns_error_without_numpy_warning(Estimator, strict):
+    # sklearn's finiteness check sums X first: inf + -inf is NaN and numpy warned
+    # "invalid value encountered in reduce" before sklearn's own ValueError.
+    X = np.array([[np.inf, 1.0], [-np.inf, 2.0], [0.0, 3.0], [1.0, 4.0]])
+    with pytest.raises(ValueError, match="Input X contains infinity"):
+        Estimator(n_iter=5).fit(X, [0, 1, 0, 1])
+    fitted = Estimator(n_iter=5, n_chains=1, random_state=0).fit(np.nan_to_num(X, posinf=1.0, neginf=-1.0),
+                                                                 [0, 1, 0, 1])
+    with pytest.raises(ValueError, match="Input X contains infinity"):
+        fitted.predict(X)
+
+
+def test_unscaled_targets_get_the_noise_precision_mode_not_a_point_short_of_it():
+    # Targets of size 1e20 put log tau's mode at -87; Newton moves about 1 a step along it and
+    # stopped at -50 after its 50 iterations, so the chains started 37 units from the mode
+    # with a step size set there and diverged (CCAdL, SGNHT). An unconverged Newton now
+    # hands over to L-BFGS.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((12, 4))
+    y = np.full(12, 1e20)
+    model = LinearRegressionModel(X, y, alpha=0.01, fit_intercept=False, noise_prior_shape=1000.0,
+                                  noise_prior_rate=0.3)
+    theta = _map_estimate(model)
+    # The conditional mode of s = log tau given w: (a + n/2) = (b + rr/2) e^s.
+    rr = np.sum((y - X @ theta[:-1]) ** 2)
+    assert theta[-1] == pytest.approx(np.log((1000.0 + 6) / (0.3 + rr / 2)), abs=1e-3)
+    reg = SGBayesLinearRegression(sampler="ccadl", n_iter=26, n_chains=1, batch_size=11, random_state=309,
+                                  alpha=0.01, fit_intercept=False, noise_prior_shape=1000.0, noise_prior_rate=0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mean, std = reg.fit(X, y).predict(X, return_std=True)
+    assert np.isfinite(mean).all() and np.isfinite(std).all()
+
+
+def test_targets_whose_squares_overflow_name_the_targets(strict):
+    X = np.random.default_rng(0).standard_normal((12, 4))
+    with pytest.raises(ValueError, match="targets of size 2.5e\\+150.*Standardise the targets"):
+        SGBayesLinearRegression(n_iter=20).fit(X, np.full(12, 2.5e150))
