@@ -10,7 +10,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._classifier import BaseSGBayesClassifier
 from ._estimator import BaseSGBayes, epoch_permutation, validate_data
+from .exceptions import DivergenceError
 from .models import LinearRegressionModel, LogisticModel, SoftmaxModel
+from .samplers import get_sampler
 
 _COMMON_DOC = """
     sampler : str or sampler instance, default="mccadl"
@@ -344,12 +346,35 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         )
 
     def _set_posterior_attributes(self, model):
+        if model.noise_precision is None:
+            self._check_noise_precision_draws()
         self.coef_ = self._posterior_mean(self.coef_samples_)
         self.intercept_ = float(self._posterior_mean(self.intercept_samples_)) if self.fit_intercept else 0.0
         if model.noise_precision is not None:
             self.noise_precision_ = model.noise_precision
         else:
             self.noise_precision_ = float(self._posterior_mean(self.noise_precision_samples_))
+
+    def _check_noise_precision_draws(self):
+        """Raise DivergenceError if a draw's noise precision ``exp(s)`` is 0 or infinite.
+
+        The chains sample ``s = log tau``, which stays finite (and so passes the chains'
+        divergence check) while running away, say to -1e10 under a step size too large
+        for its curvature; ``tau`` then underflows to 0 and the predictive std is infinite.
+        """
+        with np.errstate(over="ignore"):
+            tau = self.noise_precision_samples_
+        if np.all(np.isfinite(tau) & (tau > 0)):
+            return
+        s = self._flat_samples()[:, -1]
+        step = self.diagnostics_.get("step_size", float("nan"))
+        name = type(get_sampler(self.sampler)).__name__
+        del self.samples_  # not fitted: predictions from these draws would be infinite
+        raise DivergenceError(
+            f"{name} diverged in the noise precision: log noise precision draws reach {s.min():.3g} .. "
+            f"{s.max():.3g}, where exp underflows to 0 or overflows (step_size={step:.4g}). Use a smaller "
+            "step_size or step_size='auto', standardise the targets, or hold noise_precision fixed.",
+            sampler=name, step_size=step)
 
     def _posterior_variables(self):
         C, D = self.samples_.shape[:2]

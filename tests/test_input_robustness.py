@@ -8,11 +8,13 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.exceptions import ConvergenceWarning
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
-from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
+from skbayes_sg import DivergenceError, SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg._estimator import _map_estimate
 from skbayes_sg.models import LinearRegressionModel
+from skbayes_sg.samplers import SGHMC
+from skbayes_sg.samplers._substeps import ou_exact
 
 
 @pytest.fixture
@@ -100,3 +102,35 @@ def test_targets_whose_squares_overflow_name_the_targets(strict):
     X = np.random.default_rng(0).standard_normal((12, 4))
     with pytest.raises(ValueError, match="targets of size 2.5e\\+150.*Standardise the targets"):
         SGBayesLinearRegression(n_iter=20).fit(X, np.full(12, 2.5e150))
+
+
+def test_a_runaway_noise_precision_is_a_divergence_not_infinite_predictive_std():
+    # log tau ran to -1e10 under an explicit SGHMC step on unscaled features: finite, so the
+    # chains' check passed, but tau = exp(s) underflowed to 0 and predict(return_std=True)
+    # gave an infinite std.
+    X = np.array([[-1.6e20], [-1.8e20], [4.6e19], [-4.8e19]])
+    reg = SGBayesLinearRegression(sampler=SGHMC(step_size=1e-8, preconditioner="none"), n_iter=30, n_chains=1,
+                                  init="zeros", random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with pytest.raises(DivergenceError, match="diverged in the noise precision.*hold noise_precision fixed"):
+            reg.fit(X, np.full(4, 2.5e8))
+    with pytest.raises(NotFittedError):
+        reg.predict(X)
+
+
+def test_a_runaway_thermostat_is_a_divergence_not_an_overflow_error():
+    # mCCAdL's exact O step took math.exp of -xi h / 2 with the thermostat xi run away
+    # (DRBM, features of size 1e19, a flat prior): OverflowError "math range error".
+    p = np.ones(3)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ou_exact(p, -1e308, 1.0, 0.5, np.random.default_rng(0))
+    assert not np.isfinite(p).all()
+    X = np.array([[1.26e19], [-1.32e19], [6.40e19], [1.05e19]])
+    clf = SGBayesDRBMClassifier(sampler="mccadl", n_iter=6, n_chains=1, random_state=0, alpha=1e-12,
+                                fit_intercept=False, n_hidden=1, init_scale=0.01, max_draws=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DivergenceError, match="standardise the features"):
+            clf.fit(X, [2, 1, 1, 0])
