@@ -44,6 +44,8 @@ def main():
     own_warnings = collections.Counter()
     bad = []
     bad_cases = []
+    examples = {}
+    slowest = []
     tmpdir = tempfile.mkdtemp(prefix="fuzz_sweep_")
     start = time.perf_counter()
 
@@ -53,10 +55,19 @@ def main():
     @given(cases())
     def sweep(case):
         kind, params, X, y, what, container = case
+        t0 = time.perf_counter()
         outcome, detail, n_warn = run_case(kind, params, X, y, container, tmpdir)
+        elapsed = time.perf_counter() - t0
+        slowest.append((round(elapsed, 2), kind, outcome, what, {k: repr(v) for k, v in params.items()}))
+        slowest.sort(key=lambda row: -row[0])
+        del slowest[5:]
+        if sum(counts.values()) % 100 == 99:
+            print(f"{sum(counts.values()) + 1} cases, {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
         counts[outcome] += 1
         by_estimator[kind][outcome] += 1
         own_warnings[kind] += n_warn
+        if not outcome.startswith(("fit", "bad")):
+            examples.setdefault(outcome, detail[:300])
         if outcome.startswith("bad"):
             bad_cases.append(case)
             bad.append({"estimator": kind, "outcome": outcome, "detail": detail, "data": what,
@@ -81,6 +92,8 @@ def main():
         "by_estimator": {k: dict(sorted(v.items())) for k, v in sorted(by_estimator.items())},
         "own_warnings_per_case": {k: round(own_warnings[k] / max(1, sum(by_estimator[k].values())), 3)
                                   for k in sorted(by_estimator)},
+        "error_examples": dict(sorted(examples.items())),
+        "slowest_cases": slowest,
         "bad_cases": bad,
         "python": platform.python_version(),
         "hypothesis": hypothesis.__version__,

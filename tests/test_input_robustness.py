@@ -134,3 +134,19 @@ def test_a_runaway_thermostat_is_a_divergence_not_an_overflow_error():
         warnings.simplefilter("error")
         with pytest.raises(DivergenceError, match="standardise the features"):
             clf.fit(X, [2, 1, 1, 0])
+
+
+def test_an_ill_conditioned_posterior_is_a_clear_error_for_multilevel_auto_horizon(monkeypatch):
+    # Duplicated features under a flat prior: the auto horizon m = 4 lam_max / lam_min was
+    # millions of steps per path on 10 rows, a fit that never returned.
+    from skbayes_sg import multilevel
+
+    def no_paths(*args, **kwargs):
+        raise AssertionError("the multilevel paths started")
+
+    monkeypatch.setattr(multilevel, "CoupledSGLD", no_paths)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((10, 3))
+    X[:, 2] = X[:, 1]
+    with pytest.raises(ValueError, match="horizon='auto' would run .* steps per path.*ill-conditioned"):
+        SGBayesLogisticRegression(sampler="mlsgld", alpha=1e-12).fit(X, rng.integers(0, 2, 10))

@@ -19,8 +19,10 @@ import ctypes
 import os
 import pickle
 import re
+import signal
 import sys
 import tempfile
+import threading
 import warnings
 from numbers import Integral, Real
 
@@ -37,7 +39,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg.exceptions import DivergenceError  # noqa: E402
-from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, GadMALA, GadRWM, MCCAdL  # noqa: E402
+from skbayes_sg.samplers import MLSGLD, SGHMC, SGLD, SGNHT, CCAdL, GadMALA, GadRWM, MCCAdL  # noqa: E402
 
 pytestmark = pytest.mark.fuzz
 
@@ -231,6 +233,13 @@ def from_constraint(constraints):
 @st.composite
 def samplers(draw, allow_multilevel=False):
     name = draw(st.sampled_from(SAMPLER_NAMES + (["mlsgld"] if allow_multilevel else [])))
+    if name == "mlsgld":
+        # Multilevel cost follows the posterior's condition number, not n_iter (ill-
+        # conditioned tiny posteriors take minutes by design; past MAX_AUTO_HORIZON
+        # steps a path is a ValueError): bounded explicitly, as for the chains' n_iter.
+        return MLSGLD(target_rmse=draw(st.sampled_from([0.3, 1.0])), n_initial=draw(st.integers(5, 20)),
+                      max_levels=draw(st.integers(1, 3)), horizon=draw(st.sampled_from([5, 20, 50])),
+                      step_size=draw(st.sampled_from(["auto", 1e-3])))
     if name not in SAMPLER_CLASSES or draw(st.integers(0, 2)):
         return name
     cls = SAMPLER_CLASSES[name]
@@ -347,6 +356,34 @@ def classify_error(message):
     return "other"
 
 
+class CaseTimeout(Exception):
+    """A case ran past its time budget: a tiny fit that does not finish is a hang."""
+
+
+#: Seconds a tiny case may take (a fit here takes tens of milliseconds; the budget allows
+#: for a loaded machine).
+CASE_BUDGET = float(os.environ.get("SKBAYES_SG_FUZZ_BUDGET", "60"))
+
+
+@contextlib.contextmanager
+def time_budget(seconds):
+    """Raise :class:`CaseTimeout` in the main thread after ``seconds`` (Unix; no-op elsewhere)."""
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise CaseTimeout(f"still running after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def run_case(kind, params, X, y, container, tmpdir):
     """Fit and predict one case; return ``(outcome, detail, n_own_warnings)``.
 
@@ -358,31 +395,32 @@ def run_case(kind, params, X, y, container, tmpdir):
     with captured_fds() as printed, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            est = Estimator(**params)
-            est.fit(Xc, y)
-            if params.get("warm_start"):
+            with time_budget(CASE_BUDGET):
+                est = Estimator(**params)
                 est.fit(Xc, y)
-            n_out = X.shape[0]
-            if kind == "linear":
-                mean, std = est.predict(Xc, return_std=True)
-                preds = [(mean, (n_out,)), (std, (n_out,)), (est.predict(Xc), (n_out,))]
-                if not np.all(std >= 0):
-                    preds.append((np.nan, ()))
-            else:
-                proba = est.predict_proba(Xc)
-                K = est.classes_.size
-                preds = [(proba, (n_out, K))]
-                labels = est.predict(Xc)
-                if not np.all(np.isin(labels, est.classes_)) or labels.shape != (n_out,):
-                    preds.append((np.nan, ()))
-                if n_out and not np.allclose(proba.sum(axis=1), 1.0):
-                    preds.append((np.nan, ()))
-            outcome = "fit"
-            for values, shape in preds:
-                values = np.asarray(values, dtype=float)
-                if values.shape != shape or not np.all(np.isfinite(values)):
-                    outcome, detail = "bad:prediction", f"shape {values.shape} vs {shape}, finite " \
-                                                        f"{np.isfinite(values).all()}"
+                if params.get("warm_start"):
+                    est.fit(Xc, y)
+                n_out = X.shape[0]
+                if kind == "linear":
+                    mean, std = est.predict(Xc, return_std=True)
+                    preds = [(mean, (n_out,)), (std, (n_out,)), (est.predict(Xc), (n_out,))]
+                    if not np.all(std >= 0):
+                        preds.append((np.nan, ()))
+                else:
+                    proba = est.predict_proba(Xc)
+                    K = est.classes_.size
+                    preds = [(proba, (n_out, K))]
+                    labels = est.predict(Xc)
+                    if not np.all(np.isin(labels, est.classes_)) or labels.shape != (n_out,):
+                        preds.append((np.nan, ()))
+                    if n_out and not np.allclose(proba.sum(axis=1), 1.0):
+                        preds.append((np.nan, ()))
+                outcome = "fit"
+                for values, shape in preds:
+                    values = np.asarray(values, dtype=float)
+                    if values.shape != shape or not np.all(np.isfinite(values)):
+                        outcome, detail = "bad:prediction", f"shape {values.shape} vs {shape}, finite " \
+                                                            f"{np.isfinite(values).all()}"
         except (ValueError, NotFittedError) as exc:
             message = str(exc)
             outcome, detail = f"ValueError:{classify_error(message)}", message
@@ -403,6 +441,8 @@ def run_case(kind, params, X, y, container, tmpdir):
             else:
                 outcome = "bad:divergence"
             detail = str(exc)
+        except CaseTimeout as exc:
+            outcome, detail = "bad:timeout", str(exc)
         except Exception as exc:  # noqa: BLE001 - any other exception is the finding
             outcome, detail = f"bad:{type(exc).__name__}", str(exc)[:300]
     foreign = [w for w in caught if not _own_warning(w)]
