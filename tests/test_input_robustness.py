@@ -150,3 +150,15 @@ def test_an_ill_conditioned_posterior_is_a_clear_error_for_multilevel_auto_horiz
     X[:, 2] = X[:, 1]
     with pytest.raises(ValueError, match="horizon='auto' would run .* steps per path.*ill-conditioned"):
         SGBayesLogisticRegression(sampler="mlsgld", alpha=1e-12).fit(X, rng.integers(0, 2, 10))
+
+
+def test_a_proposal_whose_noise_precision_underflows_is_rejected_quietly(strict):
+    # gadRWM under a flat noise prior proposed log tau below -745: exp underflowed to 0 and
+    # numpy warned "divide by zero encountered in log" from the log likelihood.
+    model = LinearRegressionModel(np.zeros((1, 1)), np.array([-1.3e-9]), fit_intercept=False)
+    lp, _ = model.log_posterior_and_grad(np.array([0.0, -800.0]))
+    assert lp == -np.inf
+    reg = SGBayesLinearRegression(sampler="gadrwm", n_iter=1, batch_size=None, n_chains=1, random_state=0,
+                                  init="zeros", alpha=1e-12, fit_intercept=False, max_draws=None,
+                                  noise_prior_shape=1e-12, noise_prior_rate=1e-12)
+    assert np.isfinite(reg.fit(np.zeros((1, 1)), [-1.3e-9]).predict(np.zeros((1, 1)))).all()
