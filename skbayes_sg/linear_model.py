@@ -228,7 +228,10 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     ----------{_COMMON_DOC}
     noise_precision : float or None, default=None
         ``None`` samples ``tau`` (as ``log tau``, with the Jacobian of that change of
-        variables); a positive float holds it fixed.
+        variables); a positive float holds it fixed. With ``init="zeros"`` the weights
+        start at zero and ``log tau`` at its conditional mode given them,
+        ``log((a + N/2) / (b + ||y||^2 / 2))``: ``tau`` has no natural zero, and
+        ``log tau = 0`` (unit noise) is orders of magnitude off for unscaled targets.
     noise_prior_shape : float, default=1e-6
         Shape of the Gamma prior on ``tau``.
     noise_prior_rate : float, default=1e-6
@@ -344,6 +347,16 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
             X, y, alpha=self.alpha, fit_intercept=self.fit_intercept, noise_precision=self.noise_precision,
             noise_prior_shape=self.noise_prior_shape, noise_prior_rate=self.noise_prior_rate,
         )
+
+    def _initial_points(self, model):
+        starts = super()._initial_points(model)
+        if isinstance(self.init, str) and self.init == "zeros" and model.noise_precision is None:
+            # From log tau = 0 the force along log tau is ||y||^2 / 2, and a step set by
+            # the curvature at the mode threw targets of size 100 to log tau = -870, where
+            # tau underflows: start it where the weights' zeros put its mode instead.
+            y = np.asarray(model.y, dtype=float)
+            starts[:, -1] = np.log((self.noise_prior_shape + 0.5 * y.size) / (self.noise_prior_rate + 0.5 * (y @ y)))
+        return starts
 
     def _set_posterior_attributes(self, model):
         if model.noise_precision is None:

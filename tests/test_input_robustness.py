@@ -162,3 +162,20 @@ def test_a_proposal_whose_noise_precision_underflows_is_rejected_quietly(strict)
                                   init="zeros", alpha=1e-12, fit_intercept=False, max_draws=None,
                                   noise_prior_shape=1e-12, noise_prior_rate=1e-12)
     assert np.isfinite(reg.fit(np.zeros((1, 1)), [-1.3e-9]).predict(np.zeros((1, 1)))).all()
+
+
+@pytest.mark.parametrize("sampler", ["sgld", "sghmc", "sgnht", "ccadl"])
+def test_init_zeros_starts_the_noise_precision_near_its_mode_for_unscaled_targets(sampler):
+    # From log tau = 0 with targets of size 132 the first step (set by the curvature at the
+    # mode) threw log tau to -870 and beyond: every sampler diverged.
+    reg = SGBayesLinearRegression(sampler=sampler, init="zeros", n_iter=10, batch_size=None, n_chains=1,
+                                  random_state=0, fit_intercept=False, noise_prior_shape=1.0, noise_prior_rate=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg.fit(np.zeros((1, 1)), [-132.0])
+        mean, std = reg.predict(np.zeros((1, 1)), return_std=True)
+    assert np.isfinite(mean).all() and np.isfinite(std).all()
+    # The start is the conditional mode given w = 0: log((a + N/2) / (b + ||y||^2 / 2)).
+    start = reg._initial_points(reg._build_model(np.zeros((1, 1)), np.array([-132.0])))
+    assert start[0, -1] == pytest.approx(np.log(1.5 / (1.0 + 132.0**2 / 2)))
