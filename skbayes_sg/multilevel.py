@@ -413,7 +413,11 @@ class MultilevelResult:
 
 
 def _run_chunk(coupled, level, n_paths, seed, g, keep_points):
-    return coupled.sample(level, n_paths, np.random.default_rng(seed), g, keep_points)
+    # A diverging path overflows before the check in CoupledSGLD.sample raises
+    # DivergenceError (naming the step size and the fix); numpy's overflow warnings from
+    # the paths would only be noise, as in the chains (_chains.ChainRunner.advance).
+    with np.errstate(over="ignore", invalid="ignore"):
+        return coupled.sample(level, n_paths, np.random.default_rng(seed), g, keep_points)
 
 
 def _regress_rate(values, start=1):

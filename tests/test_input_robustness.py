@@ -13,7 +13,7 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from skbayes_sg import DivergenceError, SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg._estimator import _map_estimate
 from skbayes_sg.models import LinearRegressionModel
-from skbayes_sg.samplers import SGHMC
+from skbayes_sg.samplers import MLSGLD, SGHMC
 from skbayes_sg.samplers._substeps import ou_exact
 
 
@@ -179,3 +179,14 @@ def test_init_zeros_starts_the_noise_precision_near_its_mode_for_unscaled_target
     # The start is the conditional mode given w = 0: log((a + N/2) / (b + ||y||^2 / 2)).
     start = reg._initial_points(reg._build_model(np.zeros((1, 1)), np.array([-132.0])))
     assert start[0, -1] == pytest.approx(np.log(1.5 / (1.0 + 132.0**2 / 2)))
+
+
+def test_a_diverging_multilevel_path_is_a_divergence_without_numpy_overflow_warnings(strict):
+    # MLSGLD paths at an explicit step on unscaled features overflowed, and numpy's
+    # "overflow encountered in exp/multiply" reached the user before the DivergenceError.
+    rng = np.random.default_rng(0)
+    X = rng.lognormal(0.0, 3.0, (8, 2)) * 1000
+    reg = SGBayesLinearRegression(sampler=MLSGLD(step_size=1e-3, horizon=50, max_levels=2, n_initial=19),
+                                  random_state=0)
+    with pytest.raises(DivergenceError, match="MLSGLD diverged"):
+        reg.fit(X, rng.standard_normal(8))
