@@ -198,3 +198,14 @@ def test_mlsgld_max_levels_below_the_starting_levels_names_the_parameter():
     X = np.random.default_rng(0).standard_normal((10, 2))
     with pytest.raises(ValueError, match="MLSGLD: max_levels must be at least 2"):
         SGBayesLogisticRegression(sampler=MLSGLD(max_levels=1)).fit(X, np.arange(10) % 2)
+
+
+def test_minibatch_noise_that_overflows_is_a_clear_error_without_numpy_warnings(strict):
+    # DRBM on features of size 1e100 with minibatches: the power iteration for the gradient
+    # noise's largest eigenvalue overflowed ("overflow encountered in dot") on its way; the
+    # DRBM (no preconditioner) then diverges, with the advice to standardise.
+    X = np.array([[-4e100, 5e100], [5e100, -5e100], [3e100, -1e100]])
+    clf = SGBayesDRBMClassifier(sampler="ccadl", n_iter=22, batch_size=2, gradient="control_variate", n_chains=3,
+                                random_state=967, alpha=3.0, fit_intercept=False, n_hidden=3, init_scale=0.3)
+    with pytest.raises((ValueError, DivergenceError), match="standardise the features"):
+        clf.fit(X, [0, -3, -6])
