@@ -209,3 +209,10 @@ def test_minibatch_noise_that_overflows_is_a_clear_error_without_numpy_warnings(
                                 random_state=967, alpha=3.0, fit_intercept=False, n_hidden=3, init_scale=0.3)
     with pytest.raises((ValueError, DivergenceError), match="standardise the features"):
         clf.fit(X, [0, -3, -6])
+
+
+def test_a_dataframe_without_columns_names_the_missing_features():
+    # sklearn's validation failed with numpy's "at least one array or dtype is required".
+    pd = pytest.importorskip("pandas")
+    with pytest.raises(ValueError, match=r"0 feature\(s\) \(shape=\(3, 0\)\) while a minimum of 1 is required"):
+        SGBayesLogisticRegression(n_iter=5).fit(pd.DataFrame(np.zeros((3, 0))), [0, 1, 0])
