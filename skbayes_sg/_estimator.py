@@ -18,7 +18,8 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import check_is_fitted, column_or_1d
+from sklearn.utils.validation import validate_data as _sklearn_validate_data
 from threadpoolctl import threadpool_limits
 
 from . import diagnostics
@@ -32,6 +33,22 @@ from .models import Model
 from .models._base import largest_abs
 from .samplers import get_sampler
 from .samplers._step_size import largest_curvature
+
+def validate_data(*args, **kwargs):
+    """scikit-learn's ``validate_data``, without numpy's RuntimeWarning on X holding both
+    ``inf`` and ``-inf``: sklearn's finiteness check first sums X (``inf - inf`` is NaN,
+    "invalid value encountered in reduce"), then raises its own ValueError naming the
+    infinity, which says all there is to say. A DataFrame without columns gets sklearn's
+    error for an array without columns."""
+    X = args[1] if len(args) > 1 else kwargs.get("X")
+    if hasattr(X, "columns") and len(X.columns) == 0:
+        # sklearn fails on a DataFrame without columns with numpy's "at least one array or
+        # dtype is required"; this is sklearn's message for the same array.
+        raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required by "
+                         f"{type(args[0]).__name__}.")
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _sklearn_validate_data(*args, **kwargs)
+
 
 #: Rows per minibatch with ``batch_size="auto"`` (as MLPClassifier's ``min(200, N)``).
 AUTO_BATCH_SIZE = 200
@@ -99,6 +116,8 @@ class BaseSGBayes(BaseEstimator):
     #: multimodal by construction (the DRBM), so that the MAP is not a meaningful centre.
     _auto_control_variate = True
     _auto_preconditioner = True
+    #: Whether multilevel samplers (MLSGLD) may fit this estimator's model.
+    _supports_multilevel = True
 
     _parameter_constraints = {
         "sampler": [str, HasMethods(["init_state", "step"])],
@@ -300,6 +319,11 @@ class BaseSGBayes(BaseEstimator):
             model.set_sample_weight(sample_weight)
         batch_size = self._batch_size(sampler, model.n_samples, model.n_params)
         if getattr(sampler, "is_multilevel", False):
+            if not self._supports_multilevel:
+                raise ValueError(
+                    f"{type(self).__name__} does not support multilevel samplers ({type(sampler).__name__}): "
+                    "their coupled paths evaluate this model's gradients one path at a time, minutes even on "
+                    "small data. Use a chain sampler, such as the default sampler='mccadl'.")
             if streaming:
                 raise ValueError("partial_fit does not support multilevel samplers; use fit.")
             # "auto" goes through unresolved: the multilevel driver has its own rule, the
@@ -1091,6 +1115,14 @@ def _map_estimate(model, gtol=1e-2):
                        options={"maxiter": 1000, "gtol": gtol, "ftol": 1e-14})
         lp_map = model.log_posterior_and_grad(res.x)[0] if np.all(np.isfinite(res.x)) else np.nan
     if not np.isfinite(lp_map):
+        targets = _target_scale(model)
+        if targets > _feature_scale(model):
+            # A regression target of size 1e150 squares to the edge of float64 while the
+            # features may be tame: name what the user has to rescale.
+            raise ValueError(
+                "The maximum a posteriori point, which the fit needs for its starting point, preconditioner and "
+                f"control variate, is not finite: the targets' squares overflow (targets of size {targets:.3g}). "
+                "Standardise the targets (SGBayesLinearRegression does with normalize_y=True, its default).")
         raise ValueError(
             "The maximum a posteriori point, which the fit needs for its starting point, preconditioner and "
             "control variate, is not finite: the features' products overflow (features of size "
@@ -1103,6 +1135,14 @@ def _feature_scale(model):
     """``max |X|`` of a model's features (NaN for a model without ``X``)."""
     X = getattr(model, "X", None)
     return float("nan") if X is None else largest_abs(X)
+
+
+def _target_scale(model):
+    """``max |y|`` of a regression model's targets (0 for class codes or a model without ``y``)."""
+    y = getattr(model, "y", None)
+    if y is None or np.asarray(y[:1]).dtype.kind != "f":
+        return 0.0
+    return largest_abs(np.asarray(y).reshape(-1, 1))
 
 
 def _newton_map(model, tol=1e-3, max_iter=50):
@@ -1135,7 +1175,12 @@ def _newton_map(model, tol=1e-3, max_iter=50):
         else:
             return theta
         theta, lp, g = cand, lp_new, g_new
-    return theta
+    # Not converged: unscaled targets put the log noise precision's mode far from its start
+    # (at -225 for targets of size 1e50), which Newton approaches by about 1 a step (the
+    # likelihood is exponential in it), so max_iter steps stop short and the chains would
+    # start far from the mode with a step size set there. L-BFGS (the caller's fallback)
+    # gets there.
+    return None
 
 
 def epoch_permutation(random_state, n):

@@ -204,6 +204,9 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     # many equivalent modes, so neither a control variate nor a preconditioner centred there
     # is used unless asked for (gradient="control_variate", preconditioner="diag").
     _auto_control_variate = False
+    # MLSGLD's coupled paths loop over paths in Python with the DRBM's (n, H, C) kernel: a
+    # fit of 10 rows took over a minute (benchmarks/fuzz_sweep.py), so it is refused.
+    _supports_multilevel = False
     _auto_preconditioner = False
 
     _parameter_constraints = {

@@ -7,12 +7,14 @@ import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ._classifier import CLASS_WEIGHT_DOC, BaseSGBayesClassifier
-from ._estimator import BaseSGBayes, epoch_permutation
+from ._estimator import BaseSGBayes, epoch_permutation, validate_data
+from .exceptions import DivergenceError
 from .models import LinearRegressionModel, LogisticModel, SoftmaxModel
 from .models.glm import _memory_mapped
+from .samplers import get_sampler
 
 _COMMON_DOC = """
     sampler : str or sampler instance, default="mccadl"
@@ -324,7 +326,10 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     noise_precision : float or None, default=None
         ``None`` samples ``tau`` (as ``log tau``, with the Jacobian of that change of
         variables); a positive float holds it fixed (in the units of ``y``: ``1 / var`` of
-        the noise).
+        the noise). With ``init="zeros"`` the weights start at zero and ``log tau`` at its
+        conditional mode given them, ``log((a + N/2) / (b + ||y||^2 / 2))`` (on the
+        standardised targets with ``normalize_y``): ``tau`` has no natural zero, and
+        ``log tau = 0`` (unit noise) is orders of magnitude off for unscaled targets.
     noise_prior_shape : float, default=1e-6
         Shape of the Gamma prior on ``tau``.
     noise_prior_rate : float, default=1e-6
@@ -523,13 +528,48 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
             model.noise_precision = float(self.noise_precision)  # the user's units, as the draws
         return model
 
+    def _initial_points(self, model):
+        starts = super()._initial_points(model)
+        if isinstance(self.init, str) and self.init == "zeros" and model.noise_precision is None:
+            # From log tau = 0 the force along log tau is ||y||^2 / 2, and a step set by
+            # the curvature at the mode threw targets of size 100 to log tau = -870, where
+            # tau underflows: start it where the weights' zeros put its mode instead.
+            y = np.asarray(model.y, dtype=float)
+            w = getattr(model, "sample_weight", None)
+            n, yy = (y.size, y @ y) if w is None else (float(w.sum()), float((w * y) @ y))
+            starts[:, -1] = np.log((self.noise_prior_shape + 0.5 * n) / (self.noise_prior_rate + 0.5 * yy))
+        return starts
+
     def _set_posterior_attributes(self, model):
+        if model.noise_precision is None:
+            self._check_noise_precision_draws()
         self.coef_ = self._posterior_mean(self.coef_samples_)
         self.intercept_ = float(self._posterior_mean(self.intercept_samples_)) if self.fit_intercept else 0.0
         if model.noise_precision is not None:
             self.noise_precision_ = model.noise_precision
         else:
             self.noise_precision_ = float(self._posterior_mean(self.noise_precision_samples_))
+
+    def _check_noise_precision_draws(self):
+        """Raise DivergenceError if a draw's noise precision ``exp(s)`` is 0 or infinite.
+
+        The chains sample ``s = log tau``, which stays finite (and so passes the chains'
+        divergence check) while running away, say to -1e10 under a step size too large
+        for its curvature; ``tau`` then underflows to 0 and the predictive std is infinite.
+        """
+        with np.errstate(over="ignore"):
+            tau = self.noise_precision_samples_
+        if np.all(np.isfinite(tau) & (tau > 0)):
+            return
+        s = self._flat_samples()[:, -1]
+        step = self.diagnostics_.get("step_size", float("nan"))
+        name = type(get_sampler(self.sampler)).__name__
+        del self.samples_  # not fitted: predictions from these draws would be infinite
+        raise DivergenceError(
+            f"{name} diverged in the noise precision: log noise precision draws reach {s.min():.3g} .. "
+            f"{s.max():.3g}, where exp underflows to 0 or overflows (step_size={step:.4g}). Use a smaller "
+            "step_size or step_size='auto', standardise the targets, or hold noise_precision fixed.",
+            sampler=name, step_size=step)
 
     def _posterior_variables(self, feature_names=None):
         C, D = self.samples_.shape[:2]

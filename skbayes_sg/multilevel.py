@@ -413,7 +413,11 @@ class MultilevelResult:
 
 
 def _run_chunk(coupled, level, n_paths, seed, g, keep_points):
-    return coupled.sample(level, n_paths, np.random.default_rng(seed), g, keep_points)
+    # A diverging path overflows before the check in CoupledSGLD.sample raises
+    # DivergenceError (naming the step size and the fix); numpy's overflow warnings from
+    # the paths would only be noise, as in the chains (_chains.ChainRunner.advance).
+    with np.errstate(over="ignore", invalid="ignore"):
+        return coupled.sample(level, n_paths, np.random.default_rng(seed), g, keep_points)
 
 
 def _regress_rate(values, start=1):
@@ -643,6 +647,10 @@ def find_map(model):
     return _map_estimate(probe), n_passes
 
 
+#: Largest ``horizon="auto"`` (steps per level-0 path); beyond it :func:`estimate` raises.
+MAX_AUTO_HORIZON = 100_000
+
+
 def estimate(model, g=None, target_rmse=0.1, *, theta0=None, rmse_units="absolute", antithetic=True, taylor=True,
              averaging=False, step_size="auto", horizon="auto", batch_size="auto", n_initial=100, min_levels=2,
              max_levels=10, n_jobs=None, random_state=None, keep_draws=False, verbose=0):
@@ -738,6 +746,15 @@ def estimate(model, g=None, target_rmse=0.1, *, theta0=None, rmse_units="absolut
             raise ValueError("horizon='auto' needs a log posterior that is strictly concave at theta0 "
                              "(start from the MAP), or give horizon explicitly.")
         horizon = max(5, int(math.ceil(1.0 / (step_size * lam_min))))
+        if horizon > MAX_AUTO_HORIZON:
+            # m grows with the condition number (m = 4 lam_max / lam_min at the auto step):
+            # a near-flat direction (duplicated or constant features under a weak prior, a
+            # DRBM mode) made it 1e8 steps per path on 10 rows, a fit that never returns.
+            raise ValueError(
+                f"horizon='auto' would run {horizon:.3g} steps per path: the log posterior at theta0 is "
+                f"ill-conditioned (curvatures from {lam_min:.3g} to {lam_max:.3g}). Standardise the features and "
+                "drop duplicated or constant ones, increase alpha, give horizon explicitly, or use a "
+                "single-level sampler.")
     coupled = CoupledSGLD(model, theta0, step_size, horizon, batch_size, antithetic=antithetic, taylor=taylor,
                           averaging=averaging, H_loglik=H_ll)
     if coupled.taylor:

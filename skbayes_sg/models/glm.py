@@ -936,7 +936,10 @@ class LinearRegressionModel(_GLM):
             wr = w * r
             rr = float(wr @ r)
             r = wr
-        ll = 0.5 * n * np.log(tau) - 0.5 * n * np.log(2 * np.pi) - 0.5 * tau * rr
+        # exp(s) underflows to 0 below s = -745 (a Metropolis proposal far out under a flat
+        # noise prior): the log likelihood is then -inf and the proposal rejected, quietly.
+        with np.errstate(divide="ignore"):
+            ll = 0.5 * n * np.log(tau) - 0.5 * n * np.log(2 * np.pi) - 0.5 * tau * rr
         parts = [np.asarray(_transpose(X) @ (tau * r)).ravel()]
         if self.fit_intercept:
             parts.append(np.array([tau * r.sum()]))

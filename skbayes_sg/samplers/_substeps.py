@@ -48,9 +48,15 @@ def ou_exact(p, friction, diffusion, delta, rng):
         noise *= math.sqrt(2.0 * diffusion * delta)
         p += noise
         return p
-    decay = math.exp(-friction * delta)
-    # expm1 keeps (1 - e^(-2 x)) / x accurate for small x.
-    var = diffusion * -math.expm1(-2.0 * friction * delta) / friction
+    try:
+        decay = math.exp(-friction * delta)
+        # expm1 keeps (1 - e^(-2 x)) / x accurate for small x.
+        var = diffusion * -math.expm1(-2.0 * friction * delta) / friction
+    except OverflowError:
+        # A thermostat run away below -709 / delta: math raises where numpy gives inf.
+        # Infinite momenta make the chain's finiteness check raise DivergenceError, which
+        # names the step size and the fix; an OverflowError from here named neither.
+        decay = var = math.inf
     p *= decay
     noise *= math.sqrt(var)
     p += noise

@@ -59,7 +59,7 @@ class MLSGLD(BaseSampler):
     n_initial : int, default=100
         Samples per level in the driver's first round.
     max_levels : int, default=10
-        Finest level allowed.
+        Finest level allowed (at least 2: the estimate starts from levels 0, 1 and 2).
 
     Examples
     --------
@@ -94,6 +94,11 @@ class MLSGLD(BaseSampler):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"MLSGLD: {name} must be a positive int; got {value!r}.")
+        if self.max_levels < 2:
+            # Giles' algorithm starts from levels 0, 1 and 2 (estimate's min_levels): a lower
+            # cap failed there, naming min_levels, a parameter MLSGLD does not have.
+            raise ValueError(f"MLSGLD: max_levels must be at least 2 (the estimate starts from levels 0, 1 and 2); "
+                             f"got {self.max_levels!r}.")
         h = self.horizon
         if not (isinstance(h, str) and h == "auto") and (
                 isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1):
