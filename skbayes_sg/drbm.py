@@ -12,6 +12,7 @@ from ._classifier import CLASS_WEIGHT_DOC, BaseSGBayesClassifier
 from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX, required_growth
 from .linear_model import _ATTR_DOC, _COMMON_DOC, _SparseInput
 from .models.drbm import DRBMModel
+from .samplers import MCCAdL
 
 # Stream tags: the model's seeded start and the per-chain random starts get streams of
 # their own, apart from the chains' SeedSequence children (see BaseSGBayes._seeds).
@@ -22,9 +23,17 @@ _START_STREAM = 0x5EED1
 CURVATURE_LBFGS_ITER = 30
 
 #: Ceiling of ``n_iter="auto"`` for the DRBM, iterations per chain: the default fit on digits
-#: (1,257 x 64, 10 classes) stays under a minute on two busy cores
-#: (``benchmarks/drbm_digits_defaults.py``).
-AUTO_MAX_ITER = 4000
+#: (1,257 x 64, 10 classes) stays under a minute of CPU even when it reaches it (about 5 s
+#: per 1,000 iterations of the four chains; ``benchmarks/drbm_digits_defaults.py``).
+AUTO_MAX_ITER = 10000
+#: Multiplier of the sampler's constant ``c`` in the curvature part of ``step_size="auto"``
+#: (``h = c / sqrt(lambda_max)``; mCCAdL's ``c`` is 0.2, so ``h = 0.6 / sqrt(lambda_max)``,
+#: still a third of the stability limit ``2 / sqrt(lambda_max)``). The predictive's slowest
+#: direction (the overall scale of the weights) mixes in a number of iterations inversely
+#: proportional to ``h``; on digits three times the rule's step converges in about 8,000
+#: iterations per chain instead of about 25,000, with a discretisation bias in the
+#: posterior predictive within its Monte Carlo error (see the class Notes).
+AUTO_STEP_SCALE = 3.0
 #: ``batch_size="auto"`` and ``max_draws="auto"`` of the DRBM (see the parameters).
 AUTO_BATCH_SIZE = 100
 AUTO_MAX_DRAWS = 250
@@ -291,6 +300,11 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     # Its R-hat and ESS judge convergence (warning, n_iter="auto").
     _run_length_on_parameters = False
     _run_length_max_iter = AUTO_MAX_ITER
+
+    def _auto_step_scale(self, sampler):
+        """:data:`AUTO_STEP_SCALE` for mCCAdL (the default, where it was measured), 1 for the
+        other samplers (whose first-order or Euler steps have less room)."""
+        return AUTO_STEP_SCALE if isinstance(sampler, MCCAdL) else 1.0
     _auto_batch_size = AUTO_BATCH_SIZE
     _auto_max_draws = AUTO_MAX_DRAWS
 
