@@ -47,11 +47,12 @@ RUNS = [
 
 def _fit(name, params, seed, directory):
     path = Path(directory) / f"{name}_seed{seed}.npz"
-    row = None
     if not path.exists():
         row = bench._run("defaults" if name == "defaults" else "config", params, seed, save=str(path))
         if "error" in row:
             raise RuntimeError(row["error"])
+        path.with_suffix(".json").write_text(json.dumps(row))
+    row = json.loads(path.with_suffix(".json").read_text())
     z = np.load(path)
     return z["halves"], z["per_draw"], z["y_test"], row
 
@@ -96,8 +97,7 @@ def main():
     for name, params, seed in RUNS:
         halves, per_draw, y, row = _fit(name, params, seed, args.dir)
         fits[(name, seed)] = (halves, per_draw)
-        if row is not None:
-            rows.append(row)
+        rows.append({"name": name, **row})
     comparisons = []
     for (name, seed), fit in fits.items():
         for (ref, ref_seed), ref_fit in fits.items():
