@@ -17,9 +17,10 @@ smaller step run long enough to reach a similar Monte Carlo error:
 
 The fits run through ``drbm_digits_defaults.py`` (each in a fresh subprocess) and keep their
 predictive in ``--dir``; a file already there is reused. Writes
-``benchmarks/results/drbm_digits_step_bias.json``. Usage::
+``benchmarks/results/drbm_digits_step_bias.json`` (``_symmetric.json`` with ``--scale
+symmetric``). Usage::
 
-    python benchmarks/drbm_digits_step_bias.py [--dir /tmp/drbm_bias]
+    python benchmarks/drbm_digits_step_bias.py [--dir /tmp/drbm_bias] [--scale symmetric]
 """
 
 import argparse
@@ -32,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import drbm_digits_defaults as bench  # noqa: E402
 
-RESULTS = bench.ROOT / "benchmarks" / "results" / "drbm_digits_step_bias.json"
+RESULTS = bench.ROOT / "benchmarks" / "results" / "drbm_digits_step_bias{}.json"
 
 #: (name, estimator params, seed): the defaults (step scale 3) on two seeds; references at
 #: step scales 0.75 (4x smaller) and 0.5 (6x smaller), fixed lengths four and three times
@@ -43,12 +44,18 @@ RUNS = [
     ("reference_0.75", {"step_scale": 0.75, "n_iter": 32000, "max_draws": 400}, 11),
     ("reference_0.5", {"step_scale": 0.5, "n_iter": 24000, "max_draws": 400}, 10),
 ]
+#: ``--scale symmetric`` (features in [-1, 1]), where the chains mix faster: the defaults on
+#: seed 0 and a reference at a 4x smaller step.
+RUNS_SYMMETRIC = [
+    ("defaults", {}, 0),
+    ("reference_0.75", {"step_scale": 0.75, "n_iter": 20000, "max_draws": 400}, 11),
+]
 
 
-def _fit(name, params, seed, directory):
-    path = Path(directory) / f"{name}_seed{seed}.npz"
+def _fit(name, params, seed, directory, scale="unit"):
+    path = Path(directory) / f"{name}_seed{seed}{'' if scale == 'unit' else '_' + scale}.npz"
     if not path.exists():
-        row = bench._run("defaults" if name == "defaults" else "config", params, seed, save=str(path))
+        row = bench._run("defaults" if name == "defaults" else "config", params, seed, scale=scale, save=str(path))
         if "error" in row:
             raise RuntimeError(row["error"])
         path.with_suffix(".json").write_text(json.dumps(row))
@@ -90,12 +97,16 @@ def compare(a, b, y):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default="/tmp/drbm_bias", help="where the fits' predictives are kept")
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--scale", choices=["unit", "symmetric"], default="unit",
+                        help="features X / 16 in [0, 1] or X / 8 - 1 in [-1, 1] (as in drbm_digits_defaults.py)")
+    parser.add_argument("--out", help="default: benchmarks/results/drbm_digits_step_bias[_symmetric].json")
     args = parser.parse_args()
+    out_path = args.out or str(RESULTS).format("" if args.scale == "unit" else "_" + args.scale)
+    runs = RUNS if args.scale == "unit" else RUNS_SYMMETRIC
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     fits, rows = {}, []
-    for name, params, seed in RUNS:
-        halves, per_draw, y, row = _fit(name, params, seed, args.dir)
+    for name, params, seed in runs:
+        halves, per_draw, y, row = _fit(name, params, seed, args.dir, args.scale)
         fits[(name, seed)] = (halves, per_draw)
         rows.append({"name": name, **row})
     comparisons = []
@@ -105,11 +116,11 @@ def main():
                     name == "defaults" or ref == "reference_0.5" and name == "reference_0.75"):
                 comparisons.append({"fit": name, "seed": seed, "reference": ref, "ref_seed": ref_seed,
                                     **compare(fit, ref_fit, y)})
-    out = {"benchmark": "drbm_digits_step_bias", "runs": [[n, p, s] for n, p, s in RUNS],
+    out = {"benchmark": "drbm_digits_step_bias", "scale": args.scale, "runs": [[n, p, s] for n, p, s in runs],
            "comparisons": comparisons, "fit_rows": rows}
     for c in comparisons:
         print(json.dumps(c))
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    Path(out_path).write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

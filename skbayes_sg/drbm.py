@@ -23,8 +23,9 @@ _START_STREAM = 0x5EED1
 CURVATURE_LBFGS_ITER = 30
 
 #: Ceiling of ``n_iter="auto"`` for the DRBM, iterations per chain: the default fit on digits
-#: (1,257 x 64, 10 classes) stays under a minute of CPU even when it reaches it (about 5 s
-#: per 1,000 iterations of the four chains; ``benchmarks/drbm_digits_defaults.py``).
+#: (1,257 x 64, 10 classes) stays under a minute of CPU even when it reaches it (44 s for
+#: 7,980 iterations of the four chains, so about 55 s at the ceiling;
+#: ``benchmarks/drbm_digits_defaults.py``).
 AUTO_MAX_ITER = 10000
 #: Multiplier of the sampler's constant ``c`` in the curvature part of ``step_size="auto"``
 #: (``h = c / sqrt(lambda_max)``; mCCAdL's ``c`` is 0.2, so ``h = 0.6 / sqrt(lambda_max)``,
