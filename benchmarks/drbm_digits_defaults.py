@@ -50,8 +50,14 @@ def _data(scale="unit"):
     return train_test_split(X, y, train_size=0.7, random_state=0, stratify=y)
 
 
-def _one(label, params, seed, scale="unit"):
-    """Fit one configuration (in this process) and return its row."""
+def _one(label, params, seed, scale="unit", save=None):
+    """Fit one configuration (in this process) and return its row.
+
+    ``params`` are the estimator's, but for ``"step_scale"``, which replaces the DRBM's
+    :data:`~skbayes_sg.drbm.AUTO_STEP_SCALE` (the multiplier of mCCAdL's auto step). With
+    ``save`` (a ``.npz`` path) the posterior predictive on the test rows is kept for
+    ``drbm_digits_step_bias.py``: each chain's mean over the first and second half of its
+    draws (``halves``, shape (chains, 2, rows, classes)) and the per-draw test log loss."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.metrics import accuracy_score, log_loss
 
@@ -76,6 +82,11 @@ def _one(label, params, seed, scale="unit"):
         from skbayes_sg import SGBayesDRBMClassifier, diagnostics
 
         row["package"] = str(Path(skbayes_sg.__file__).parent)
+        params = dict(params)
+        if "step_scale" in params:
+            from skbayes_sg import drbm
+
+            drbm.AUTO_STEP_SCALE = params.pop("step_scale")
         clf = SGBayesDRBMClassifier(random_state=seed, **params)
         t0, c0 = time.perf_counter(), time.process_time()
         with warnings.catch_warnings(record=True) as caught:
@@ -101,16 +112,22 @@ def _one(label, params, seed, scale="unit"):
         s = diagnostics.summarize(per_draw)
         row.update(test_rhat=s["rhat"], test_ess=s["ess_bulk"], test_ess_tail=s["ess_tail"],
                    test_log_loss_chain_means=per_draw.mean(axis=1).round(4).tolist())
+        if save:
+            chains = draws.reshape(*clf.samples_.shape[:2], *draws.shape[1:])
+            half = chains.shape[1] // 2
+            halves = np.stack([chains[:, :half].mean(axis=1), chains[:, half:2 * half].mean(axis=1)], axis=1)
+            np.savez_compressed(save, halves=halves, per_draw=per_draw, y_test=codes)
+            row["predictive_file"] = str(Path(save).name)
     row["accuracy"] = float(accuracy_score(yte, clf.classes_[proba.argmax(axis=1)]))
     row["log_loss"] = float(log_loss(yte, proba, labels=clf.classes_))
     row["warnings"] = [str(w.message)[:300] for w in caught if issubclass(w.category, ConvergenceWarning)]
     return row
 
 
-def _run(label, params, seed, package=None, scale="unit"):
+def _run(label, params, seed, package=None, scale="unit", save=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(package or ROOT)
-    out = subprocess.run([sys.executable, __file__, "--one", json.dumps([label, params, seed, scale])], env=env,
+    out = subprocess.run([sys.executable, __file__, "--one", json.dumps([label, params, seed, scale, save])], env=env,
                          capture_output=True, text=True, check=False)
     if out.returncode:
         return {"benchmark": "drbm_digits_defaults", "label": label, "params": params, "error": out.stderr[-2000:]}
@@ -130,6 +147,8 @@ def main():
     parser.add_argument("--no-defaults", action="store_true", help="only the --config runs (and --base, mlp)")
     parser.add_argument("--out", default=str(RESULTS), help="results file (JSON lines)")
     parser.add_argument("--append", action="store_true", help="append to the results file")
+    parser.add_argument("--save-predictive", metavar="DIR",
+                        help="keep each DRBM fit's test predictive in DIR (for drbm_digits_step_bias.py)")
     args = parser.parse_args()
     if args.one:
         print(json.dumps(_one(*json.loads(args.one))))
@@ -143,7 +162,12 @@ def main():
     with open(args.out, "a" if args.append else "w") as f:
         for seed in args.seeds:
             for label, params, package in runs:
-                row = _run(label, params, seed, package, args.scale)
+                save = None
+                if args.save_predictive and label != "mlp":
+                    Path(args.save_predictive).mkdir(parents=True, exist_ok=True)
+                    tag = label if label != "config" else "config_" + "_".join(f"{k}{v}" for k, v in params.items())
+                    save = str(Path(args.save_predictive) / f"{tag}_seed{seed}_{args.scale}.npz")
+                row = _run(label, params, seed, package, args.scale, save)
                 print(json.dumps(row), flush=True)
                 f.write(json.dumps(row) + "\n")
                 f.flush()

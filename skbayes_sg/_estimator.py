@@ -168,6 +168,10 @@ class BaseSGBayes(BaseEstimator):
     #: What ``batch_size="auto"`` and ``max_draws="auto"`` resolve to (see the constants).
     _auto_batch_size = AUTO_BATCH_SIZE
     _auto_max_draws = AUTO_MAX_DRAWS
+    def _auto_step_scale(self, sampler):
+        """Multiplier of ``sampler``'s ``_auto_step_constant`` in the curvature part of
+        ``step_size="auto"`` (never of the noise cap): 1, but the DRBM's mCCAdL takes more."""
+        return 1.0
 
     def _curvature_point(self, chain_model, start):
         """Where the ``"auto"`` step size measures the curvature when there is no MAP: the
@@ -356,7 +360,8 @@ class BaseSGBayes(BaseEstimator):
                 # The posterior sharpens as N grows: the step that was stable on the first
                 # chunks can diverge now, so the auto rule runs again at the chains' states.
                 sigma_max = self._noise_eigenvalue(chain_model, geometry, batch_size)
-                step_size, info = sampler.resolve_step_size(chain_model, starts[0].theta, sigma_max)
+                step_size, info = sampler.resolve_step_size(chain_model, starts[0].theta, sigma_max,
+                                                            scale=self._auto_step_scale(sampler))
                 for state in starts:
                     state.step_size = step_size
         else:
@@ -388,10 +393,11 @@ class BaseSGBayes(BaseEstimator):
                 if lam is None:
                     lam = largest_curvature(chain_model, curvature_at)
                 batch_size, sigma_max = _noise_aware_batch(sampler, batch_size, sigma_max, lam,
-                                                           chain_model.n_samples)
+                                                           chain_model.n_samples, self._auto_step_scale(sampler))
                 if batch_size is None:
                     geometry = replace(geometry, gradient="full", row_probabilities=None)
-            step_size, info = sampler.resolve_step_size(chain_model, curvature_at, sigma_max, lambda_max=lam)
+            step_size, info = sampler.resolve_step_size(chain_model, curvature_at, sigma_max, lambda_max=lam,
+                                                        scale=self._auto_step_scale(sampler))
             fit_round = 0
             progress = None
         self._fit_map = None
@@ -1051,7 +1057,7 @@ def _join_records(old, new, progress, t0, t, eff_thin, max_draws):
     return draws, stats, eff_thin
 
 
-def _noise_aware_batch(sampler, batch_size, sigma_max, lambda_max, n_samples):
+def _noise_aware_batch(sampler, batch_size, sigma_max, lambda_max, n_samples, scale=1.0):
     """``batch_size="auto"``: grow the minibatch until the gradient noise no longer caps ``h``.
 
     With rows drawn with replacement ``sigma_max`` falls as ``1 / n``, so the batch at which
@@ -1067,7 +1073,7 @@ def _noise_aware_batch(sampler, batch_size, sigma_max, lambda_max, n_samples):
     sigma_max : float or None
         The noise eigenvalue at the new batch size (None for full data).
     """
-    h_curvature = sampler.curvature_step(lambda_max)
+    h_curvature = sampler.curvature_step(lambda_max, scale)
     h_noise = sampler.noise_step(sigma_max)
     if h_noise >= h_curvature:
         return batch_size, sigma_max

@@ -12,6 +12,7 @@ from ._classifier import CLASS_WEIGHT_DOC, BaseSGBayesClassifier
 from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX, required_growth
 from .linear_model import _ATTR_DOC, _COMMON_DOC, _SparseInput
 from .models.drbm import DRBMModel
+from .samplers import MCCAdL
 
 # Stream tags: the model's seeded start and the per-chain random starts get streams of
 # their own, apart from the chains' SeedSequence children (see BaseSGBayes._seeds).
@@ -22,9 +23,18 @@ _START_STREAM = 0x5EED1
 CURVATURE_LBFGS_ITER = 30
 
 #: Ceiling of ``n_iter="auto"`` for the DRBM, iterations per chain: the default fit on digits
-#: (1,257 x 64, 10 classes) stays under a minute on two busy cores
-#: (``benchmarks/drbm_digits_defaults.py``).
-AUTO_MAX_ITER = 4000
+#: (1,257 x 64, 10 classes) stays under a minute of CPU even when it reaches it (44 s for
+#: 7,980 iterations of the four chains, so about 55 s at the ceiling;
+#: ``benchmarks/drbm_digits_defaults.py``).
+AUTO_MAX_ITER = 10000
+#: Multiplier of the sampler's constant ``c`` in the curvature part of ``step_size="auto"``
+#: (``h = c / sqrt(lambda_max)``; mCCAdL's ``c`` is 0.2, so ``h = 0.6 / sqrt(lambda_max)``,
+#: still a third of the stability limit ``2 / sqrt(lambda_max)``). The predictive's slowest
+#: direction (the overall scale of the weights) mixes in a number of iterations inversely
+#: proportional to ``h``: on digits three times the rule's step converges in about 5,500
+#: iterations per chain instead of about 15,000, at a small discretisation bias in the
+#: posterior predictive (see the class Notes; ``benchmarks/drbm_digits_step_bias.py``).
+AUTO_STEP_SCALE = 3.0
 #: ``batch_size="auto"`` and ``max_draws="auto"`` of the DRBM (see the parameters).
 AUTO_BATCH_SIZE = 100
 AUTO_MAX_DRAWS = 250
@@ -53,10 +63,11 @@ _N_ITER_DOC = """    n_iter : int or "auto", default="auto"
         Sampler iterations per chain, burn-in included. ``"auto"`` runs in blocks until the
         predictive has converged (the per-draw training log loss has split R-hat below 1.01
         and bulk and tail ESS of 100 per chain, see Notes), at most
-        :data:`AUTO_MAX_ITER` (4,000) iterations per chain: a ceiling set so that the
+        :data:`AUTO_MAX_ITER` (10,000) iterations per chain: a ceiling set so that the
         default fit of a data set the size of digits (1,257 x 64, 10 classes) takes under
-        a minute on two cores; where the predictive needs longer, ``fit`` warns and an
-        explicit, larger ``n_iter`` runs on. The weights' own R-hat is not used: hidden
+        a minute of CPU even when it reaches it (it converges there in about 8,000); where
+        the predictive needs longer, ``fit`` warns and an explicit, larger ``n_iter`` runs
+        on. The weights' own R-hat is not used: hidden
         units can swap, so it need not fall below 1.01 even when the predictive has
         converged.
 """
@@ -73,7 +84,8 @@ _BATCH_DOC = """    batch_size : int, "auto" or None, default="auto"
 _MAX_DRAWS_DOC = """    max_draws : int, "auto" or None, default="auto"
         At most this many draws are stored per chain (thinning is raised above ``thin``
         when needed). ``"auto"``: 250. Successive DRBM draws are strongly correlated (on
-        digits about 140 iterations per effective draw), so storing more adds little
+        digits about 50 iterations per effective draw of the log loss at the default
+        step), so storing more adds little
         information while memory (``n_chains * max_draws * n_params`` floats) and the
         cost of every prediction grow with it. ``None`` stores every kept draw.
 """
@@ -127,7 +139,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         ``H``, the number of hidden units. The papers use 100 on letter; 50 costs half as
         much per iteration and on digits, at the same run length, loses 0.4 points of test
         accuracy (97.8% against 98.1%; test log loss 0.159 against 0.139), so that the
-        default fit stays under a minute there.
+        default fit converges there within a minute of CPU.
     init_scale : float, default=0.1
         Standard deviation of the random starting weights ``W`` and ``U`` (biases start
         at zero). Random weights break the symmetry between hidden units.
@@ -174,15 +186,31 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     chain (Vehtari et al. 2021), and ``n_iter="auto"`` runs until neither holds. The log
     loss follows the overall scale of the weights, the slowest direction of the chains.
     The training rows are what ``fit`` has: the per-draw log loss on held-out rows can
-    mix more slowly (on digits its ESS was 0.3 to 1.3 times the monitor's,
-    ``benchmarks/drbm_digits_defaults.py``), so compute it on validation data
+    mix more slowly (on digits its ESS was 0.3 to 1.3 times the monitor's, 0.8 with the
+    defaults, ``benchmarks/drbm_digits_defaults.py``), so compute it on validation data
     (``predict_proba_samples``) for a stricter check.
 
     The ``"auto"`` step size measures the curvature after 30 full-data L-BFGS
     iterations from the first chain's start, where the network fits the data: at the
     random start every class is about equally likely and every hidden unit is in its
     steepest range, and the curvature there is about four times that of the posterior
-    bulk (digits), which would halve the step.
+    bulk (digits), which would halve the step. Under mCCAdL (the default sampler) the step
+    is then :data:`AUTO_STEP_SCALE` (3) times the sampler's rule, ``h = 0.6 /
+    sqrt(lambda_max)``, a third of the stability limit ``2 / sqrt(lambda_max)``: the
+    predictive's slowest direction mixes in a number of iterations about inversely
+    proportional to ``h``, and on digits the rule's own step would need about 15,000
+    iterations per chain to converge where three times it needs about 5,500 (``"auto"``
+    stops after its block of 8,000: 40 to 45 s of CPU). The price is a discretisation
+    bias, measured against a step four to six times smaller run long
+    (``benchmarks/drbm_digits_step_bias.py``): on digits the
+    posterior predictive's test log loss differs by 0.0002 to 0.0011 from a step four
+    times smaller (Monte Carlo error 0.0006 to 0.0008) and its probabilities by 0.0014 on
+    average, as much as two reference runs differ from each other; the bias shows in the
+    mean of the per-draw log loss (the posterior's spread), 0.003 to 0.004 higher. On
+    features in ``[-1, 1]``, where the step is larger, the predictive's log loss is
+    0.0035 +- 0.0007 higher (2.4%) at the same accuracy. Give
+    ``sampler=MCCAdL(step_size=...)`` and a longer ``n_iter`` for a smaller step; the
+    other samplers take their own rule unscaled.
 
     See Also
     --------
@@ -294,6 +322,11 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     # Its R-hat and ESS judge convergence (warning, n_iter="auto").
     _run_length_on_parameters = False
     _run_length_max_iter = AUTO_MAX_ITER
+
+    def _auto_step_scale(self, sampler):
+        """:data:`AUTO_STEP_SCALE` for mCCAdL (the default, where it was measured), 1 for the
+        other samplers (whose first-order or Euler steps have less room)."""
+        return AUTO_STEP_SCALE if isinstance(sampler, MCCAdL) else 1.0
     _auto_batch_size = AUTO_BATCH_SIZE
     _auto_max_draws = AUTO_MAX_DRAWS
 

@@ -207,3 +207,25 @@ def test_auto_defaults_resolve_to_the_drbm_values_and_the_ceiling_warns(monkeypa
     ratio = 100 * 2 / min(d["predictive_ess"], d["predictive_ess_tail"])
     assert suggested >= 1200 * min(ratio, 1.25) and suggested <= 1200 * max(1.1 * ratio, 2.0) + 1000
     assert slow.n_iter_ == 1200 and slow.diagnostics_["n_iter_blocks"] == [1000, 1200]
+
+
+def test_auto_step_is_scaled_for_mccadl_only_and_explicit_steps_are_kept():
+    from skbayes_sg import drbm
+    from skbayes_sg.samplers import MCCAdL
+
+    X, y = _moons()
+    kw = dict(n_hidden=4, n_iter=10, n_chains=2, batch_size=None, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fits = {s: SGBayesDRBMClassifier(sampler=s, **kw).fit(X, y) for s in ("mccadl", "sghmc", "sgld")}
+        explicit = SGBayesDRBMClassifier(sampler=MCCAdL(step_size=0.01), **kw).fit(X, y)
+    assert drbm.AUTO_STEP_SCALE == 3.0 and drbm.AUTO_MAX_ITER == 10_000
+    assert SGBayesDRBMClassifier._run_length_max_iter == drbm.AUTO_MAX_ITER
+    # Full data (no noise cap): mCCAdL's step is the scale times its rule c / sqrt(lambda_max) ...
+    d = fits["mccadl"].diagnostics_
+    assert d["step_size"] == pytest.approx(drbm.AUTO_STEP_SCALE * MCCAdL._auto_step_constant / np.sqrt(d["lambda_max"]))
+    # ... the other samplers keep their own rule, and an explicit step is used as given.
+    for name in ("sghmc", "sgld"):
+        d = fits[name].diagnostics_
+        assert d["step_size"] == pytest.approx(fits[name]._sampler.curvature_step(d["lambda_max"]))
+    assert explicit.diagnostics_["step_size"] == 0.01

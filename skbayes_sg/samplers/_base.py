@@ -93,10 +93,12 @@ class BaseSampler(BaseEstimator):
         """
         return float(getattr(self, "temperature", 1.0))
 
-    def curvature_step(self, lambda_max):
+    def curvature_step(self, lambda_max, scale=1.0):
         """The curvature part of the auto rule: ``c / lambda_max`` (first order) or
-        ``c / sqrt(lambda_max)`` (momentum samplers), capped for an Euler friction step."""
-        c = self._auto_step_constant
+        ``c / sqrt(lambda_max)`` (momentum samplers), capped for an Euler friction step.
+        ``scale`` multiplies ``c`` (an estimator's own ``_auto_step_scale``, 1 but for the
+        DRBM)."""
+        c = self._auto_step_constant * scale if scale != 1.0 else self._auto_step_constant
         h = c / lambda_max if self._step_size_order == 1 else c / np.sqrt(lambda_max)
         if self._euler_friction and hasattr(self, "friction"):
             h = min(h, EULER_FRICTION_LIMIT / self.friction)
@@ -106,7 +108,7 @@ class BaseSampler(BaseEstimator):
         """The largest ``h`` whose :meth:`predicted_noise_error` is the sampler's tolerance."""
         return float(self._noise_tolerance / self.predicted_noise_error(1.0, sigma_max))
 
-    def resolve_step_size(self, model, theta0, sigma_max=None, lambda_max=None):
+    def resolve_step_size(self, model, theta0, sigma_max=None, lambda_max=None, scale=1.0):
         """The step size ``h`` to use from ``theta0``: the explicit float, or the auto rule.
 
         The auto rule takes the smaller of the curvature step (``c / lambda_max`` or
@@ -122,6 +124,8 @@ class BaseSampler(BaseEstimator):
         lambda_max : float, optional
             The curvature when already known (1 in coordinates whitened at the MAP);
             measured by Lanczos otherwise.
+        scale : float, default=1.0
+            Multiplies the curvature step's constant ``c`` (not the noise cap).
 
         Returns
         -------
@@ -137,7 +141,7 @@ class BaseSampler(BaseEstimator):
             h = float(self.step_size)
         else:
             lam = lambda_max if lambda_max is not None else largest_curvature(model, np.asarray(theta0, dtype=float))
-            h = self.curvature_step(lam)
+            h = self.curvature_step(lam, scale)
             info["lambda_max"] = float(lam)
             if sigma_max:
                 h = min(h, self.noise_step(sigma_max))

@@ -214,7 +214,7 @@ class GadSampler(BaseSampler):
         if self.cholesky not in CHOLESKY_KINDS:
             raise ValueError(f"{name}: cholesky must be one of {CHOLESKY_KINDS}; got {self.cholesky!r}.")
 
-    def resolve_step_size(self, model, theta0, sigma_max=None, lambda_max=None):
+    def resolve_step_size(self, model, theta0, sigma_max=None, lambda_max=None, scale=1.0):
         """No step size: the proposal's scale is the adapted ``L``. Returns ``(nan, {})``."""
         return float("nan"), {}
 
