@@ -13,8 +13,8 @@ SIGMA_ESTIMATES = ("independent", "lagged", "same")
 
 #: ``sigma_refresh="auto"`` with plain minibatch gradients: iterations that one independent
 #: ``Sigma`` minibatch serves. On a9a (batch 500, theta coordinates, h = 1e-4 and the auto
-#: step) the full-data ``Sigma(theta)`` moves by 0.03-0.07% in Frobenius norm over 16
-#: iterations and 0.1-0.2% over 64, far inside the ``O(sqrt(P / n))`` sampling error of one
+#: step) the full-data ``Sigma(theta)`` moves by 0.03-0.08% in Frobenius norm over 16
+#: iterations and 0.13-0.20% over 64, far inside the ``O(sqrt(P / n))`` sampling error of one
 #: minibatch's estimate (``benchmarks/mccadl_sigma_staleness.py``).
 AUTO_SIGMA_REFRESH = 32
 
@@ -132,16 +132,20 @@ class MCCAdL(ThermostatSampler):
     noise is still in ``p``, 1.1 sd; from an independent minibatch 0.06 sd, within Monte
     Carlo error (``benchmarks/mccadl_sigma_source.py``). Hence the default
     ``sigma_estimate="independent"``, which costs a second minibatch of per-example
-    gradients (no force) per iteration; with the estimators' control-variate gradients
-    the noise, and so the bias, is small whichever source is used.
+    gradients (no force) per iteration, or per ``sigma_refresh`` iterations; with the
+    estimators' control-variate gradients the noise, and so the bias, is small whichever
+    source is used.
 
     That second minibatch has the force's size. ``Sigma = (N^2 / n) V`` only needs an
     estimate of the per-example covariance ``V``, so fewer rows would be cheaper, but not
     free: the noisier ``Sigma`` widens the sampled sds where the C step matters (papers'
     setting, N = 1e4, n = 200: median sd ratio to the exact posterior 1.12, 1.21, 1.33 and
-    1.48 with all, 1/2, 1/4 and 1/8 of the rows; at N = 1e5, 2.18 to 3.67), while under the
-    estimators' defaults, where the C step damps a few percent, no source is distinguishable
-    from another.
+    1.48 with all, 1/2, 1/4 and 1/8 of the rows, each drawn afresh every iteration; at
+    N = 1e5, 2.18 to 3.67), while under the estimators' defaults, where the C step damps a
+    few percent, no source is distinguishable from another. More rows, not fewer, are what
+    helps: the mean of the last 8 minibatches that ``sigma_refresh="auto"`` uses with plain
+    gradients brings that 1.12 to 1.02 (0.98-1.09 over the coordinates), at a fraction of
+    the cost (:ref:`maths_mccadl`).
 
     See Also
     --------
