@@ -22,7 +22,7 @@ beside it). Options (``MCCAdL(sigma_estimate=...)``):
 - CCAdL's moving average (CCAdL paper eq. 18), for comparison;
 - ``independent_every``: the independent minibatch drawn afresh every iteration
   (``sigma_refresh=1``); ``independent`` is the default ``sigma_refresh="auto"``, which with
-  plain gradients (the ``plain`` geometry) reuses each for 32 iterations, averaged over the
+  plain gradients (the ``plain`` geometry) reuses each for 64 iterations, averaged over the
   last 8.
 
 Each runs on two geometries: ``plain`` (``gradient="minibatch"``, ``preconditioner="none"``

@@ -228,3 +228,21 @@ def test_compact_only_when_the_products_pay_for_the_gram_matrix():
     grads = LinearPerExampleGradients(rng.normal(size=(500, 123)), rng.normal(size=(500, 1)), True)
     assert not NoiseCovariance(grads, 1.0, -1.0).compact(4)
     assert NoiseCovariance(grads, 1.0, -1.0).compact(64)
+
+
+def test_compact_exponential_of_a_large_or_diverged_covariance():
+    """||t Sigma|| far beyond the Taylor range: the exponential by eigendecomposition, exact;
+    a non-finite covariance (a diverged chain) gives NaN at once rather than a huge scaling."""
+    grads, v = _problem(31, 80, 10, 30.0)
+    cov = NoiseCovariance(grads, 50.0, -1.0)
+    assert cov.compact(10**4)
+    Sigma = 50.0 * np.cov(grads.G.T)
+    assert np.linalg.norm(Sigma, 2) > 1e4
+    f, _ = c_step(v, cov, 50.0, 1.0, 1.0)
+    np.testing.assert_allclose(f, scipy.linalg.expm(-Sigma) @ v, atol=1e-12 * np.linalg.norm(v))
+    G = grads.G.copy()
+    G[3, 2] = np.inf
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in the centring, as a chain would
+        bad = NoiseCovariance(DensePerExampleGradients(G), 50.0, -1.0)
+        bad.compact(10**4)
+        assert not np.isfinite(c_step(v, bad, 50.0, 1.0, 1.0)[0]).any()

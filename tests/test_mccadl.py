@@ -95,8 +95,10 @@ def test_one_force_per_iteration():
     # ...and one more minibatch per iteration for an independent Sigma refreshed every iteration
     _, _, results = _run(MCCAdL(step_size=0.01, sigma_refresh=1), model, m, n_iter, n, [0], 0.01)
     assert results[0].n_grad_evals == (2 * n_iter + 1) * n
-    # ...or every sigma_refresh iterations (the default with plain minibatch gradients: 32)
-    for refresh, n_sigma in ((7, 8), ("auto", 2)):
+    # ...or every sigma_refresh iterations (the default with plain minibatch gradients: 64)
+    from skbayes_sg.samplers.mccadl import AUTO_SIGMA_REFRESH
+
+    for refresh, n_sigma in ((7, 8), ("auto", -(-n_iter // AUTO_SIGMA_REFRESH))):
         _, _, results = _run(MCCAdL(step_size=0.01, sigma_refresh=refresh), model, m, n_iter, n, [0], 0.01)
         assert results[0].n_grad_evals == (n_iter + 1 + n_sigma) * n
 

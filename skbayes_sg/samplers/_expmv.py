@@ -402,7 +402,9 @@ class NoiseCovariance:
         ``tol``), summed once as a matrix polynomial, so that each C step that reuses this
         ``Sigma`` is one matrix-vector product. The degree and scaling come from a true bound
         on the 2-norm of the shifted matrix, the smaller of the trace bound and its
-        Frobenius norm, so no growth check is needed.
+        Frobenius norm, so no growth check is needed. Where the series would need more than
+        :data:`LANCZOS_FROM` products, the exponential comes from the eigendecomposition
+        (exact, ``O(P^3)``) instead.
         """
         key = (t, tol)
         if self._expm is not None and self._expm[0] == key:
@@ -413,14 +415,29 @@ class NoiseCovariance:
         shifted = A - mu * np.eye(P)
         tr = abs(self.trace())
         bound = min(max(tr - tr / P, tr / P), float(np.sqrt(np.einsum("ij,ij->", shifted, shifted))))
+        if not math.isfinite(bound) or not math.isfinite(mu):
+            # A diverged chain's covariance: let its finiteness check report it.
+            E = np.full((P, P), np.nan)
+            self._expm = (key, E)
+            return E
         m, s = select_degree(abs(t) * bound, tol)
+        if m * s > LANCZOS_FROM:
+            # Large ||t Sigma||: the series would need many matrix products (a chain far too
+            # hot, or a step far too large); the eigendecomposition of the symmetric matrix is
+            # exact and costs a few.
+            lam, V = np.linalg.eigh(A)
+            E = (V * np.exp(t * lam)) @ V.T
+            self._expm = (key, E)
+            return E
         X = shifted * (t / s)
-        # Horner: I + X (I + X/2 (I + ... (I + X/m))).
-        F = np.eye(P)
-        for k in range(m, 0, -1):
+        # Horner: I + X (I + X/2 (I + ... (I + X/m))), m - 1 matrix products.
+        diag = np.diag_indices(P)
+        F = X * (1.0 / m)
+        F[diag] += 1.0
+        for k in range(m - 1, 0, -1):
             F = X @ F
             F *= 1.0 / k
-            F[np.diag_indices(P)] += 1.0
+            F[diag] += 1.0
         E = F
         for _ in range(s - 1):
             E = E @ F

@@ -16,7 +16,7 @@ SIGMA_ESTIMATES = ("independent", "lagged", "same")
 #: step) the full-data ``Sigma(theta)`` moves by 0.03-0.08% in Frobenius norm over 16
 #: iterations and 0.13-0.20% over 64, far inside the ``O(sqrt(P / n))`` sampling error of one
 #: minibatch's estimate (``benchmarks/mccadl_sigma_staleness.py``).
-AUTO_SIGMA_REFRESH = 32
+AUTO_SIGMA_REFRESH = 64
 
 #: Minibatches in the running average of a ``Sigma`` held as a matrix (``sigma_refresh > 1``):
 #: reusing one noisy estimate for many iterations lets the momentum adapt to its errors (the
@@ -116,7 +116,7 @@ class MCCAdL(ThermostatSampler):
         estimators' control-variate gradients, whose noise covariance is quadratic in
         ``theta - theta_hat`` and moves as fast as the chain (on a9a at the auto step it
         changes by 20% in one iteration and is decorrelated after about 8, so an older
-        estimate would no longer describe the noise the C step must cancel); 32 with plain
+        estimate would no longer describe the noise the C step must cancel); 64 with plain
         minibatch gradients, whose ``Sigma(theta)`` is nearly constant across the posterior
         (0.1-0.2% change over 64 iterations on a9a). Ignored by the other
         ``sigma_estimate`` options.
