@@ -144,7 +144,7 @@ class MCCAdL(ThermostatSampler):
     N = 1e5, 2.18 to 3.67), while under the estimators' defaults, where the C step damps a
     few percent, no source is distinguishable from another. More rows, not fewer, are what
     helps: the mean of the last 8 minibatches that ``sigma_refresh="auto"`` uses with plain
-    gradients brings that 1.12 to 1.02 (0.98-1.09 over the coordinates), at a fraction of
+    gradients brings that 1.12 to 1.02 (0.95-1.08 over the coordinates), at a fraction of
     the cost (:ref:`maths_mccadl`).
 
     See Also
