@@ -233,3 +233,14 @@ def test_sigma_refresh_auto_follows_the_gradient_estimator():
     assert fits["auto"].diagnostics_["sigma_minibatches_per_iter"] == 1.0
     _, _, results = _run(MCCAdL(step_size=0.01), model, m, 640, 20, [0], 0.01)
     assert results[0].summary["sigma_minibatches_per_iter"] == 640 / AUTO_SIGMA_REFRESH / 640
+
+
+def test_reused_sigma_gives_the_same_draws_whatever_n_jobs():
+    """A compact, averaged Sigma travels in the chain state (to joblib workers and back between
+    progress chunks) and gives the draws of one process."""
+    X, y, _, _, _ = _linreg_problem(N=1000)
+    draws = [SGBayesLinearRegression(sampler=MCCAdL(), gradient="minibatch", batch_size=50, noise_precision=1.0,
+                                     n_iter=300, n_chains=2, random_state=4, **kw).fit(X, y).samples_
+             for kw in ({"n_jobs": 1}, {"n_jobs": 2}, {"n_jobs": 2, "verbose": 1})]
+    np.testing.assert_array_equal(draws[0], draws[1])
+    np.testing.assert_array_equal(draws[0], draws[2])
