@@ -19,7 +19,11 @@ beside it). Options (``MCCAdL(sigma_estimate=...)``):
   noisier). A prototype: :class:`SmallSigmaMCCAdL` takes the first rows of the next
   minibatch through the gradient estimator's private methods, since
   ``MinibatchGradient.noise_gradients`` has no size argument;
-- CCAdL's moving average (CCAdL paper eq. 18), for comparison.
+- CCAdL's moving average (CCAdL paper eq. 18), for comparison;
+- ``independent_every``: the independent minibatch drawn afresh every iteration
+  (``sigma_refresh=1``); ``independent`` is the default ``sigma_refresh="auto"``, which with
+  plain gradients (the ``plain`` geometry) reuses each for 64 iterations, averaged over the
+  last 8.
 
 Each runs on two geometries: ``plain`` (``gradient="minibatch"``, ``preconditioner="none"``
 and the curvature-only step ``0.2 / sqrt(lambda_max)``: the papers' setting, where the
@@ -55,7 +59,8 @@ from skbayes_sg.models import LogisticModel  # noqa: E402
 from skbayes_sg.samplers import SGHMC, CCAdL, MCCAdL  # noqa: E402
 from skbayes_sg.samplers._step_size import largest_curvature  # noqa: E402
 
-OPTIONS = ("same", "lagged", "independent", "split", "sigma_half", "sigma_quarter", "sigma_eighth", "ccadl")
+OPTIONS = ("same", "lagged", "independent", "independent_every", "split", "sigma_half", "sigma_quarter",
+           "sigma_eighth", "ccadl")
 #: Share of the force's rows in the Sigma minibatch of the ``sigma_*`` options.
 SIGMA_FRACTIONS = {"sigma_half": 0.5, "sigma_quarter": 0.25, "sigma_eighth": 0.125}
 
@@ -74,7 +79,7 @@ class SmallSigmaMCCAdL(MCCAdL):
         super().__init__(step_size=step_size, preconditioner=preconditioner, sigma_estimate="independent")
         self.sigma_fraction = sigma_fraction
 
-    def _sigma_gradients(self, state, target, theta, rng):
+    def _sigma_gradients(self, state, target, theta, rng, scale=None):
         rows, _ = target._next_rows(rng)
         m = max(2, int(round(self.sigma_fraction * target.batch_size)))
         rows = rows[:m] if isinstance(rows, np.ndarray) else slice(rows.start, rows.start + m)
@@ -93,6 +98,10 @@ def sampler_for(option, geometry, plain_step=None):
         return SGHMC(preconditioner=precond, step_size=step)
     if option in SIGMA_FRACTIONS:
         return SmallSigmaMCCAdL(SIGMA_FRACTIONS[option], preconditioner=precond, step_size=step)
+    if option == "independent_every":
+        # A fresh Sigma minibatch every iteration (sigma_refresh=1), the default before
+        # sigma_refresh="auto", which reuses (and averages) them with plain gradients.
+        return MCCAdL(sigma_estimate="independent", sigma_refresh=1, preconditioner=precond, step_size=step)
     source = "independent" if option == "split" else option
     return MCCAdL(sigma_estimate=source, preconditioner=precond, step_size=step)
 

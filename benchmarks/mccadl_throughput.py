@@ -74,7 +74,8 @@ def best_of_rounds(chains, rounds, steps, step):
 def c_step_stats(state):
     n = max(state.extra.get("n_steps", 0), 1)
     return {"c_step_products_per_iter": round(state.extra["c_products"] / n, 2),
-            "c_step_lanczos_fraction": round(state.extra["sigma_norm_cache"].get("n_lanczos", 0) / n, 3)}
+            "c_step_lanczos_fraction": round(state.extra["sigma_norm_cache"].get("n_lanczos", 0) / n, 3),
+            "sigma_minibatches_per_iter": round(state.extra.get("sigma_minibatches", 0) / n, 3)}
 
 
 def plain_rows(model, rounds, steps):
@@ -83,15 +84,17 @@ def plain_rows(model, rounds, steps):
     rows = []
     for h_mode in (1e-4, "auto"):
         chains = {}
-        for cls in (SGHMC, SGNHT, CCAdL, MCCAdL):
-            sampler = cls(friction=1.0)
+        for cls in (SGHMC, SGNHT, CCAdL, MCCAdL, "MCCAdL_refresh1"):
+            # MCCAdL: sigma_refresh="auto", with these plain gradients a Sigma minibatch every
+            # 64 iterations, averaged; MCCAdL_refresh1: a fresh one every iteration.
+            sampler = MCCAdL(friction=1.0, sigma_refresh=1) if cls == "MCCAdL_refresh1" else cls(friction=1.0)
             h = sampler.resolve_step_size(model, theta0)[0] if h_mode == "auto" else h_mode
             rng = np.random.default_rng(0)
             target = MinibatchGradient(model, BATCH)
             state = sampler.init_state(theta0, target, rng, h)
             for _ in range(100):
                 state = sampler.step(state, target, rng)
-            chains[cls.__name__] = [sampler, state, target, rng, h]
+            chains[cls if isinstance(cls, str) else cls.__name__] = [sampler, state, target, rng, h]
 
         def step(chain, n):
             sampler, state, target, rng = chain[:4]
@@ -105,7 +108,7 @@ def plain_rows(model, rounds, steps):
             row = {"library": "skbayes_sg", "setting": "plain", "h_mode": h_mode, "sampler": name, "h": h,
                    "batch": BATCH, "us_per_step": round(1e6 * best[name], 1),
                    "steps_per_s": round(1.0 / best[name]), "ratio_to_sghmc": round(best[name] / best["SGHMC"], 2)}
-            if name == "MCCAdL":
+            if name.startswith("MCCAdL"):
                 row.update(c_step_stats(state))
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -103,6 +103,11 @@ class MinibatchGradient:
 
     _block = 256  # minibatches of indices drawn per call to the generator
     _evals_per_row = 1  # per-example gradient evaluations a row costs
+    #: Whether the noise covariance changes at the scale a chain moves (see
+    #: :class:`~skbayes_sg.samplers.MCCAdL`'s ``sigma_refresh``). Plain minibatch gradients:
+    #: no, ``Sigma(theta)`` depends on ``theta`` through the rows' residuals, which barely move
+    #: across a posterior of width ``O(N^-1/2)``.
+    position_dependent_noise = False
 
     def __init__(self, model, batch_size=None, scheme="replacement", row_probabilities=None):
         if scheme not in BATCH_SCHEMES:
@@ -347,6 +352,9 @@ class ControlVariateGradient(MinibatchGradient):
     """
 
     _evals_per_row = 2  # a difference evaluates each row's gradient at two points
+    #: The differences' covariance is quadratic in ``theta - theta_hat``: it changes as fast
+    #: as the chain moves.
+    position_dependent_noise = True
 
     def __init__(self, model, batch_size=None, scheme="replacement", theta_hat=None, g_hat=None,
                  row_probabilities=None):

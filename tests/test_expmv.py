@@ -171,3 +171,78 @@ def test_lanczos_tridiagonal_solver_is_scipys_bit_for_bit(k):
     np.testing.assert_array_equal(v, v_ref)
     T = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
     np.testing.assert_allclose(T @ v, v * w, atol=1e-12 * max(1.0, np.abs(T).max()))
+
+
+@pytest.mark.parametrize("whiten", ["none", "dense", "diag"])
+def test_compact_covariance_is_the_rows_covariance(whiten):
+    """Sigma held as a P x P matrix (reused over many C steps) equals the operator through the
+    rows, for a GLM's per-example gradients in theta and in whitened coordinates."""
+    from skbayes_sg.models._gradients import LinearPerExampleGradients, TransformedPerExampleGradients
+
+    rng = np.random.default_rng(11)
+    n, D = 60, 7
+    X, R = rng.normal(size=(n, D)), rng.normal(size=(n, 1))
+    grads = LinearPerExampleGradients(X, R, True)
+    P = D + 1
+    if whiten == "dense":
+        grads = TransformedPerExampleGradients(grads, np.tril(rng.normal(size=(P, P))) + 3 * np.eye(P))
+    elif whiten == "diag":
+        grads = TransformedPerExampleGradients(grads, rng.gamma(2.0, size=P))
+    G = grads.to_dense()
+    Sigma = -0.25 * 7.0 * np.cov(G.T)
+    rows, compact = NoiseCovariance(grads, 7.0, -0.25), NoiseCovariance(grads, 7.0, -0.25)
+    assert compact.compact(10**4) and compact.is_compact
+    v = rng.normal(size=P)
+    np.testing.assert_allclose(compact.matvec(v), Sigma @ v, rtol=1e-12)
+    np.testing.assert_allclose(compact.matvec(v), rows.matvec(v), rtol=1e-12)
+    assert compact.trace() == pytest.approx(rows.trace(), rel=1e-12)
+    # The C step through the explicit matrix: scipy's expm within the backward-error tolerance.
+    for scale, tol in ((0.01, 2.0**-6), (0.3, 2.0**-24), (4.0, 2.0**-53)):
+        exact = scipy.linalg.expm(-scale / 0.25 * -Sigma) @ v
+        f, n_prod = c_step(v, compact, 7.0, 1.0, scale, tol=tol)
+        assert n_prod == 1
+        bound = tol * max(1.0, np.linalg.norm(scale / 0.25 * Sigma, 2)) * 10
+        assert np.linalg.norm(f - exact) <= bound * np.linalg.norm(v)
+
+
+def test_blended_covariance_is_the_running_average():
+    """blend: (1 - w) previous + w new, matrix and trace; rescaled: another coef and noise scale."""
+    (g1, v), (g2, _) = _problem(21, 50, 6, 1.0), _problem(22, 50, 6, 1.0)
+    a, b = NoiseCovariance(g1, 2.0, -0.5), NoiseCovariance(g2, 2.0, -0.5)
+    assert a.compact(10**4) and b.compact(10**4)
+    expected = 0.75 * (-0.5 * 2.0 * np.cov(g1.G.T)) + 0.25 * (-0.5 * 2.0 * np.cov(g2.G.T))
+    b.blend(a, 0.25)
+    np.testing.assert_allclose(b.matvec(v), expected @ v, rtol=1e-12)
+    assert b.trace() == pytest.approx(np.trace(expected), rel=1e-12)
+    c = b.rescaled(-1.5, 4.0)
+    np.testing.assert_allclose(c.matvec(v), 6.0 * expected @ v, rtol=1e-12)
+    assert c.trace() == pytest.approx(6.0 * np.trace(expected), rel=1e-12)
+
+
+def test_compact_only_when_the_products_pay_for_the_gram_matrix():
+    """a9a's size (n = 500, P = 124): the Gram matrix is worth about a dozen products through
+    the rows, so a covariance used for a few products stays an operator."""
+    from skbayes_sg.models._gradients import LinearPerExampleGradients
+
+    rng = np.random.default_rng(3)
+    grads = LinearPerExampleGradients(rng.normal(size=(500, 123)), rng.normal(size=(500, 1)), True)
+    assert not NoiseCovariance(grads, 1.0, -1.0).compact(4)
+    assert NoiseCovariance(grads, 1.0, -1.0).compact(64)
+
+
+def test_compact_exponential_of_a_large_or_diverged_covariance():
+    """||t Sigma|| far beyond the Taylor range: the exponential by eigendecomposition, exact;
+    a non-finite covariance (a diverged chain) gives NaN at once rather than a huge scaling."""
+    grads, v = _problem(31, 80, 10, 30.0)
+    cov = NoiseCovariance(grads, 50.0, -1.0)
+    assert cov.compact(10**4)
+    Sigma = 50.0 * np.cov(grads.G.T)
+    assert np.linalg.norm(Sigma, 2) > 1e4
+    f, _ = c_step(v, cov, 50.0, 1.0, 1.0)
+    np.testing.assert_allclose(f, scipy.linalg.expm(-Sigma) @ v, atol=1e-12 * np.linalg.norm(v))
+    G = grads.G.copy()
+    G[3, 2] = np.inf
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in the centring, as a chain would
+        bad = NoiseCovariance(DensePerExampleGradients(G), 50.0, -1.0)
+        bad.compact(10**4)
+        assert not np.isfinite(c_step(v, bad, 50.0, 1.0, 1.0)[0]).any()

@@ -93,9 +93,15 @@ def test_one_force_per_iteration():
     _, _, results = _run(MCCAdL(step_size=0.01, sigma_estimate="same"), model, m, n_iter, n, [0], 0.01)
     # one evaluation at initialisation, then one per iteration (the paper's reuse)
     assert results[0].n_grad_evals == (n_iter + 1) * n
-    # ...and one more minibatch per iteration for an independent Sigma (the default)
-    _, _, results = _run(MCCAdL(step_size=0.01), model, m, n_iter, n, [0], 0.01)
+    # ...and one more minibatch per iteration for an independent Sigma refreshed every iteration
+    _, _, results = _run(MCCAdL(step_size=0.01, sigma_refresh=1), model, m, n_iter, n, [0], 0.01)
     assert results[0].n_grad_evals == (2 * n_iter + 1) * n
+    # ...or every sigma_refresh iterations (the default with plain minibatch gradients: 64)
+    from skbayes_sg.samplers.mccadl import AUTO_SIGMA_REFRESH
+
+    for refresh, n_sigma in ((7, 8), ("auto", -(-n_iter // AUTO_SIGMA_REFRESH))):
+        _, _, results = _run(MCCAdL(step_size=0.01, sigma_refresh=refresh), model, m, n_iter, n, [0], 0.01)
+        assert results[0].n_grad_evals == (n_iter + 1 + n_sigma) * n
 
 
 def test_full_data_is_symmetric_adaptive_langevin():
@@ -204,3 +210,38 @@ def test_sigma_from_an_independent_minibatch_removes_the_correlation_bias():
                                     (flat.std(0) - sd) / mcse_sd(draws)])
     assert np.all(np.abs(z["independent"]) < 4.0), z
     assert z["same"][1] > 8.0, z  # the mean of gamma, pushed up by the correlation
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "always", None])
+def test_bad_sigma_refresh_raises(bad):
+    with pytest.raises(ValueError, match="sigma_refresh must be 'auto' or an integer >= 1"):
+        MCCAdL(sigma_refresh=bad).validate()
+
+
+def test_sigma_refresh_auto_follows_the_gradient_estimator():
+    """'auto': with control-variate gradients (the estimators' default) a fresh Sigma minibatch
+    every iteration, draw for draw what sigma_refresh=1 gives; with plain minibatch gradients one
+    every AUTO_SIGMA_REFRESH iterations, averaged over the last SIGMA_WINDOW."""
+    from skbayes_sg.samplers.mccadl import AUTO_SIGMA_REFRESH
+
+    X, y, model, m, _ = _linreg_problem(N=400)
+    fits = {}
+    for refresh in ("auto", 1):
+        fits[refresh] = SGBayesLinearRegression(sampler=MCCAdL(sigma_refresh=refresh), noise_precision=1.0,
+                                                batch_size=40, n_iter=400, n_chains=1, random_state=3).fit(X, y)
+    np.testing.assert_array_equal(fits["auto"].samples_, fits[1].samples_)
+    assert fits["auto"].diagnostics_["gradient"] == "control_variate"
+    assert fits["auto"].diagnostics_["sigma_minibatches_per_iter"] == 1.0
+    _, _, results = _run(MCCAdL(step_size=0.01), model, m, 640, 20, [0], 0.01)
+    assert results[0].summary["sigma_minibatches_per_iter"] == 640 / AUTO_SIGMA_REFRESH / 640
+
+
+def test_reused_sigma_gives_the_same_draws_whatever_n_jobs():
+    """A compact, averaged Sigma travels in the chain state (to joblib workers and back between
+    progress chunks) and gives the draws of one process."""
+    X, y, _, _, _ = _linreg_problem(N=1000)
+    draws = [SGBayesLinearRegression(sampler=MCCAdL(), gradient="minibatch", batch_size=50, noise_precision=1.0,
+                                     n_iter=300, n_chains=2, random_state=4, **kw).fit(X, y).samples_
+             for kw in ({"n_jobs": 1}, {"n_jobs": 2}, {"n_jobs": 2, "verbose": 1})]
+    np.testing.assert_array_equal(draws[0], draws[1])
+    np.testing.assert_array_equal(draws[0], draws[2])

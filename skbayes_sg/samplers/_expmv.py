@@ -33,6 +33,7 @@ products
 (``benchmarks/mccadl_expmv_vs_scipy.py``, ``tests/test_expmv.py``). It is the one used.
 """
 
+import copy
 import math
 from bisect import bisect_left
 from functools import lru_cache
@@ -347,12 +348,134 @@ class NoiseCovariance:
         self.grads = grads
         n = grads.n_batch
         self.n = n
+        self.noise_scale = noise_scale
+        self.coef = coef
         self.g_bar = grads.mean()
         # V v = (G'G v - n g_bar g_bar' v) / (n - 1); every scalar folded into one factor.
         self.factor = coef * noise_scale / (n - 1) if n > 1 else 0.0
+        self._trace = None
+
+    def compact(self, n_products):
+        """Hold ``coef * Sigma`` as an explicit ``P x P`` matrix if that is cheaper for ``n_products`` products.
+
+        The matrix costs ``O(n P_in^2 + P^3)`` once (the Gram matrix of the centred
+        per-example gradients, BLAS-3, then the change of coordinates) and ``P^2`` per
+        product, against ``O(n P_in + P^2)`` per product through the rows (BLAS-2 and a
+        handful of numpy calls). Worth it when one minibatch's covariance serves many
+        products (mCCAdL's ``sigma_refresh``) and ``P`` is small against ``n`` times that
+        number; never formed for ``P`` above :data:`COMPACT_MAX_PARAMS` (large models, which
+        the estimators precondition diagonally) or for operators without a cheap dense form.
+
+        Returns
+        -------
+        bool
+            Whether the matrix is now in use.
+        """
+        costs = _compact_costs(self.grads)
+        if costs is None:
+            return False
+        rows, build, per_product = costs
+        if build + n_products * per_product >= n_products * rows:
+            return False
+        gram = _centred_gram(self.grads)
+        M = gram * self.factor
+        # Symmetric up to rounding; made exactly so, since the Taylor series and the power
+        # iteration rely on it.
+        M += M.T
+        M *= 0.5
+        self._matrix = M
+        self._trace = self.factor * max(float(np.trace(gram)), 0.0)
+        self.grads = self.g_bar = None  # the products no longer need the rows
+        return True
+
+    _matrix = None
+
+    @property
+    def is_compact(self):
+        """Whether ``coef * Sigma`` is held as an explicit matrix (:meth:`compact`)."""
+        return self._matrix is not None
+
+    def expm(self, t, tol=DEFAULT_TOL):
+        """``exp(t coef Sigma)`` as a matrix, for a compact operator; kept for the next call.
+
+        The same shifted, scaled Taylor series as :func:`expmv` (its backward error at most
+        ``tol``), summed once as a matrix polynomial, so that each C step that reuses this
+        ``Sigma`` is one matrix-vector product. The degree and scaling come from a true bound
+        on the 2-norm of the shifted matrix, the smaller of the trace bound and its
+        Frobenius norm, so no growth check is needed. Where the series would need more than
+        :data:`LANCZOS_FROM` products, the exponential comes from the eigendecomposition
+        (exact, ``O(P^3)``) instead.
+        """
+        key = (t, tol)
+        if self._expm is not None and self._expm[0] == key:
+            return self._expm[1]
+        A = self._matrix
+        P = A.shape[0]
+        mu = float(np.trace(A)) / P
+        shifted = A - mu * np.eye(P)
+        tr = abs(self.trace())
+        bound = min(max(tr - tr / P, tr / P), float(np.sqrt(np.einsum("ij,ij->", shifted, shifted))))
+        if not math.isfinite(bound) or not math.isfinite(mu):
+            # A diverged chain's covariance: let its finiteness check report it.
+            E = np.full((P, P), np.nan)
+            self._expm = (key, E)
+            return E
+        m, s = select_degree(abs(t) * bound, tol)
+        if m * s > LANCZOS_FROM:
+            # Large ||t Sigma||: the series would need many matrix products (a chain far too
+            # hot, or a step far too large); the eigendecomposition of the symmetric matrix is
+            # exact and costs a few.
+            lam, V = np.linalg.eigh(A)
+            E = (V * np.exp(t * lam)) @ V.T
+            self._expm = (key, E)
+            return E
+        X = shifted * (t / s)
+        # Horner: I + X (I + X/2 (I + ... (I + X/m))), m - 1 matrix products.
+        diag = np.diag_indices(P)
+        F = X * (1.0 / m)
+        F[diag] += 1.0
+        for k in range(m - 1, 0, -1):
+            F = X @ F
+            F *= 1.0 / k
+            F[diag] += 1.0
+        E = F
+        for _ in range(s - 1):
+            E = E @ F
+        E *= math.exp(t * mu)
+        self._expm = (key, E)
+        return E
+
+    _expm = None
+
+    def rescaled(self, coef, noise_scale):
+        """The operator of ``coef * noise_scale V``: this one with both scalars replaced."""
+        ratio = (coef * noise_scale) / (self.coef * self.noise_scale)
+        out = copy.copy(self)
+        out.coef, out.noise_scale, out.factor = coef, noise_scale, self.factor * ratio
+        if self._trace is not None:
+            out._trace = self._trace * ratio
+        if self._matrix is not None:
+            out._matrix = self._matrix * ratio
+        out._expm = None
+        return out
+
+    def blend(self, previous, weight):
+        """``(1 - weight) previous + weight self``, in place: a running average of estimates.
+
+        Both must be compact, with the same ``coef`` and ``noise_scale``. The average of
+        ``k`` independent minibatch estimates has the sampling error of one minibatch of
+        ``k n`` rows.
+        """
+        self._expm = None
+        self._matrix *= weight
+        self._matrix += (1.0 - weight) * previous._matrix
+        self._trace = weight * self._trace + (1.0 - weight) * previous._trace
+        return self
 
     def matvec(self, v):
         """``coef * Sigma v``, shape (P,)."""
+        if self._matrix is not None:
+            return self._matrix @ v
         # (G'G - n g_bar g_bar') v = G'(u - mean(u)) with u = G v, since mean(u) = g_bar . v.
         u = self.grads.matvec(v)
         u -= np.add.reduce(u) / u.size
@@ -366,11 +489,16 @@ class NoiseCovariance:
         Uses the operator's ``total_sum_of_squares()`` when it has one, else the sum of
         its per-coordinate ``sum_of_squares()``.
         """
-        # A model may offer the total alone (cheaper than the per-coordinate vector).
-        total = getattr(self.grads, "total_sum_of_squares", None)
-        ss = float(total()) if total is not None else float(self.grads.sum_of_squares().sum())
-        # tr(V) >= 0; rounding in the centring can leave a tiny negative value.
-        return self.factor * max(ss - self.n * float(self.g_bar @ self.g_bar), 0.0)
+        # Kept: an operator reused over several C steps (mCCAdL's sigma_refresh) computes it
+        # once, and a chain pickled between them (joblib workers) keeps this value rather than
+        # recomputing it by another formula (the operators drop their row-norm closures).
+        if self._trace is None:
+            # A model may offer the total alone (cheaper than the per-coordinate vector).
+            total = getattr(self.grads, "total_sum_of_squares", None)
+            ss = float(total()) if total is not None else float(self.grads.sum_of_squares().sum())
+            # tr(V) >= 0; rounding in the centring can leave a tiny negative value.
+            self._trace = self.factor * max(ss - self.n * float(self.g_bar @ self.g_bar), 0.0)
+        return self._trace
 
     def largest_eigenvalue(self, v, n_iter=1, rtol=0.05):
         """Power-iteration estimate of the largest ``|eigenvalue|``, warm-started from ``v``.
@@ -393,6 +521,53 @@ class NoiseCovariance:
         return lam, n_iter
 
 
+#: Largest number of parameters for which :meth:`NoiseCovariance.compact` forms ``coef * Sigma``
+#: (8 MB in float64); the estimators whiten densely up to 1,000 parameters, where the chain
+#: holds a ``P x P`` Cholesky factor anyway.
+COMPACT_MAX_PARAMS = 1000
+
+#: How many times faster a flop of a matrix-matrix product (the Gram matrix) runs than one of
+#: the matrix-vector products and small numpy calls of a product through the rows: measured
+#: 5-10 on a9a's minibatches (P = 124, n = 500; ``benchmarks/mccadl_throughput.py``).
+_BLAS3_SPEEDUP = 6.0
+
+
+def _compact_costs(grads):
+    """Flops ``(per product through the rows, building the explicit matrix, per product with it)``,
+    or None when the operator has no cheap dense Gram matrix (see :func:`_centred_gram`)."""
+    from ..models._gradients import DensePerExampleGradients, LinearPerExampleGradients, \
+        TransformedPerExampleGradients
+
+    P = grads.n_params
+    if P > COMPACT_MAX_PARAMS:
+        return None
+    n, L = grads.n_batch, None
+    if isinstance(grads, TransformedPerExampleGradients):
+        grads, L = grads.inner, grads.L
+    if not isinstance(grads, (DensePerExampleGradients, LinearPerExampleGradients)):
+        return None
+    if isinstance(grads, LinearPerExampleGradients) and hasattr(grads.X, "toarray") and grads.n_params > 200:
+        return None  # a sparse minibatch densified would cost what the rows save
+    p_in = grads.n_params
+    dense_L = L is not None and L.ndim == 2
+    rows = 4.0 * n * p_in + (4.0 * P * P if dense_L else 2.0 * P)
+    build = (2.0 * n * p_in * p_in + (4.0 * P**3 if dense_L else P * P)) / _BLAS3_SPEEDUP
+    return rows, build, 2.0 * P * P
+
+
+def _centred_gram(grads):
+    """``(G - 1 g_bar')' (G - 1 g_bar')`` (P x P) for the operators :func:`_compact_costs` accepts."""
+    from ..models._gradients import TransformedPerExampleGradients
+
+    if isinstance(grads, TransformedPerExampleGradients):
+        inner = _centred_gram(grads.inner)
+        L = grads.L
+        return inner * np.outer(L, L) if L.ndim == 1 else L.T @ (inner @ L)
+    G = np.array(grads.to_dense(), dtype=float)
+    G -= grads.mean()
+    return G.T @ G
+
+
 def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety=1.25, cache=None,
            refresh=8, method="auto"):
     """The C step ``p <- exp(t Sigma~) p`` with ``Sigma~ = -scale Sigma`` (mCCAdL eq. 17).
@@ -411,7 +586,10 @@ def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety
     Parameters
     ----------
     p : ndarray of shape (P,)
-    grads : PerExampleGradients
+    grads : PerExampleGradients or NoiseCovariance
+        The minibatch whose covariance is ``V``; or a :class:`NoiseCovariance` built with
+        ``coef=-scale`` and this ``noise_scale``, reused as it is (its mean and trace are
+        then computed once for all the C steps that share it).
     noise_scale : float
     t, scale : float
     tol : float
@@ -442,7 +620,13 @@ def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety
         Products with ``Sigma``, norm estimation included.
     """
     P = p.size
-    cov = NoiseCovariance(grads, noise_scale, -scale)
+    if isinstance(grads, NoiseCovariance):
+        # Built by the caller and reused over several C steps; rescaled if built for another
+        # scale (the same Sigma, damped more or less).
+        cov = grads if grads.coef == -scale and grads.noise_scale == noise_scale \
+            else grads.rescaled(-scale, noise_scale)
+    else:
+        cov = NoiseCovariance(grads, noise_scale, -scale)
     tr = -cov.trace()  # tr(scale * Sigma) >= 0
     if not math.isfinite(tr):
         # The gradients are no longer finite: the chain has diverged, and its finiteness
@@ -450,6 +634,8 @@ def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety
         return np.full_like(p, np.nan), 0
     if tr == 0.0 or t == 0.0:
         return p.copy(), 0
+    if cov.is_compact and method == "auto":
+        return cov.expm(t, tol) @ p, 1
     lam_bar = tr / P
     norm = max(tr - lam_bar, lam_bar)
     n_est = 0

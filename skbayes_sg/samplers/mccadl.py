@@ -1,13 +1,29 @@
 """Modified covariance-controlled adaptive Langevin thermostat (Wei & Shang 2026)."""
 
+import numbers
+
 import numpy as np
 
 from ._base import ThermostatSampler
-from ._expmv import DEFAULT_TOL, c_step
+from ._expmv import DEFAULT_TOL, NoiseCovariance, c_step
 from ._substeps import drift, kick, ou_exact, thermostat
 
 #: Where the C step's ``Sigma`` comes from (see :class:`MCCAdL`, Notes).
 SIGMA_ESTIMATES = ("independent", "lagged", "same")
+
+#: ``sigma_refresh="auto"`` with plain minibatch gradients: iterations that one independent
+#: ``Sigma`` minibatch serves. On a9a (batch 500, theta coordinates, h = 1e-4 and the auto
+#: step) the full-data ``Sigma(theta)`` moves by 0.03-0.08% in Frobenius norm over 16
+#: iterations and 0.13-0.20% over 64, far inside the ``O(sqrt(P / n))`` sampling error of one
+#: minibatch's estimate (``benchmarks/mccadl_sigma_staleness.py``).
+AUTO_SIGMA_REFRESH = 64
+
+#: Minibatches in the running average of a ``Sigma`` held as a matrix (``sigma_refresh > 1``):
+#: reusing one noisy estimate for many iterations lets the momentum adapt to its errors (the
+#: directions it overestimates are damped, so the C step then removes less energy than the
+#: noise brings and ``xi`` settles above ``A``), which an average of several independent
+#: estimates, whose error is that of one minibatch of ``SIGMA_WINDOW n`` rows, makes small.
+SIGMA_WINDOW = 8
 
 
 class MCCAdL(ThermostatSampler):
@@ -87,6 +103,23 @@ class MCCAdL(ThermostatSampler):
         library's deviation from Algorithm 1, see Notes). ``"same"``: those of the force
         just applied, as in Algorithm 1 (one minibatch per iteration). ``"lagged"``: those
         of the force before it.
+    sigma_refresh : int or "auto", default="auto"
+        With ``sigma_estimate="independent"``, the number of iterations one independent
+        ``Sigma`` minibatch serves: it is drawn at the C step's position, and the following
+        ``sigma_refresh - 1`` C steps reuse its covariance, which stays independent of every
+        kick's noise (what removes the correlation bias, see Notes). Reuse makes the C step
+        cheap: the minibatch's gradients, mean and trace are computed once, and when ``P``
+        is small against the products it will serve, ``Sigma`` is held as a ``P x P``
+        matrix (one BLAS-3 Gram product per refresh, then matrix-vector products of size
+        ``P``; see ``NoiseCovariance.compact`` in ``samplers/_expmv.py``). The price is a ``Sigma`` from a
+        position up to ``sigma_refresh - 1`` iterations old. ``"auto"``: 1 with the
+        estimators' control-variate gradients, whose noise covariance is quadratic in
+        ``theta - theta_hat`` and moves as fast as the chain (on a9a at the auto step it
+        changes by 20% in one iteration and is decorrelated after about 8, so an older
+        estimate would no longer describe the noise the C step must cancel); 64 with plain
+        minibatch gradients, whose ``Sigma(theta)`` is nearly constant across the posterior
+        (0.1-0.2% change over 64 iterations on a9a). Ignored by the other
+        ``sigma_estimate`` options.
 
     Notes
     -----
@@ -99,16 +132,20 @@ class MCCAdL(ThermostatSampler):
     noise is still in ``p``, 1.1 sd; from an independent minibatch 0.06 sd, within Monte
     Carlo error (``benchmarks/mccadl_sigma_source.py``). Hence the default
     ``sigma_estimate="independent"``, which costs a second minibatch of per-example
-    gradients (no force) per iteration; with the estimators' control-variate gradients
-    the noise, and so the bias, is small whichever source is used.
+    gradients (no force) per iteration, or per ``sigma_refresh`` iterations; with the
+    estimators' control-variate gradients the noise, and so the bias, is small whichever
+    source is used.
 
     That second minibatch has the force's size. ``Sigma = (N^2 / n) V`` only needs an
     estimate of the per-example covariance ``V``, so fewer rows would be cheaper, but not
     free: the noisier ``Sigma`` widens the sampled sds where the C step matters (papers'
     setting, N = 1e4, n = 200: median sd ratio to the exact posterior 1.12, 1.21, 1.33 and
-    1.48 with all, 1/2, 1/4 and 1/8 of the rows; at N = 1e5, 2.18 to 3.67), while under the
-    estimators' defaults, where the C step damps a few percent, no source is distinguishable
-    from another.
+    1.48 with all, 1/2, 1/4 and 1/8 of the rows, each drawn afresh every iteration; at
+    N = 1e5, 2.18 to 3.67), while under the estimators' defaults, where the C step damps a
+    few percent, no source is distinguishable from another. More rows, not fewer, are what
+    helps: the mean of the last 8 minibatches that ``sigma_refresh="auto"`` uses with plain
+    gradients brings that 1.12 to 1.02 (0.95-1.08 over the coordinates), at a fraction of
+    the cost (:ref:`maths_mccadl`).
 
     See Also
     --------
@@ -127,7 +164,8 @@ class MCCAdL(ThermostatSampler):
     controls_noise = True
 
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, temperature=1.0,
-                 expm_tol=DEFAULT_TOL, expm_method="auto", sigma_estimate="independent", preconditioner="auto"):
+                 expm_tol=DEFAULT_TOL, expm_method="auto", sigma_estimate="independent", sigma_refresh="auto",
+                 preconditioner="auto"):
         self.preconditioner = preconditioner
         self.step_size = step_size
         self.friction = friction
@@ -136,6 +174,7 @@ class MCCAdL(ThermostatSampler):
         self.expm_tol = expm_tol
         self.expm_method = expm_method
         self.sigma_estimate = sigma_estimate
+        self.sigma_refresh = sigma_refresh
 
     def validate(self):
         super().validate()
@@ -146,6 +185,17 @@ class MCCAdL(ThermostatSampler):
             raise ValueError(f"MCCAdL: expm_method must be 'auto', 'taylor' or 'lanczos'; got {self.expm_method!r}.")
         if self.sigma_estimate not in SIGMA_ESTIMATES:
             raise ValueError(f"MCCAdL: sigma_estimate must be one of {SIGMA_ESTIMATES}; got {self.sigma_estimate!r}.")
+        k = self.sigma_refresh
+        if not (isinstance(k, str) and k == "auto") and (
+                isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
+            raise ValueError(f"MCCAdL: sigma_refresh must be 'auto' or an integer >= 1 (iterations between fresh "
+                             f"Sigma minibatches; 1 draws one every iteration); got {k!r}.")
+
+    def _refresh_period(self, target):
+        """``sigma_refresh`` resolved for ``target`` (see the parameter)."""
+        if isinstance(self.sigma_refresh, str):
+            return 1 if getattr(target, "position_dependent_noise", True) else AUTO_SIGMA_REFRESH
+        return int(self.sigma_refresh)
 
     def init_state(self, theta0, target, rng, step_size):
         state = super().init_state(theta0, target, rng, step_size)
@@ -160,10 +210,48 @@ class MCCAdL(ThermostatSampler):
             state.extra["grads_prev"] = state.grads
         return state
 
-    def _sigma_gradients(self, state, target, theta, rng):
-        """Per-example gradients whose covariance is the C step's ``Sigma`` (see Notes)."""
+    def _sigma_gradients(self, state, target, theta, rng, scale):
+        """Per-example gradients whose covariance is the C step's ``Sigma`` (see Notes).
+
+        ``"independent"``: a :class:`~._expmv.NoiseCovariance` of a fresh minibatch at
+        ``theta``, kept for ``sigma_refresh`` iterations (its mean and trace computed once).
+        """
         if self.sigma_estimate == "independent":
-            return target.noise_gradients(theta, rng)
+            extra = state.extra
+            if extra.get("sigma_period") == 1 and self.sigma_refresh in ("auto", 1):
+                # Every iteration (control variates, the estimators' default): no bookkeeping.
+                extra["sigma_minibatches"] += 1
+                return NoiseCovariance(target.noise_gradients(theta, rng), target.noise_scale, -scale)
+            cov = extra.get("sigma_cov")
+            age = extra.get("sigma_age", 0)
+            if cov is None or age >= extra["sigma_period"] or cov.coef != -scale \
+                    or cov.noise_scale != target.noise_scale:
+                new = NoiseCovariance(target.noise_gradients(theta, rng), target.noise_scale, -scale)
+                extra["sigma_minibatches"] = extra.get("sigma_minibatches", 0) + 1
+                age = 0
+                period = self._refresh_period(target)
+                # Products this covariance will serve, from the chain's own count so far.
+                per_iter = max(extra["c_products"] / max(extra["n_steps"], 1), 1.0)
+                if period > 1 and self.expm_method == "auto" and new.compact(period * per_iter):
+                    if cov is not None and cov.is_compact and cov.coef == new.coef \
+                            and cov.noise_scale == new.noise_scale:
+                        # A running average over the last SIGMA_WINDOW minibatches (a mean of
+                        # all of them until there are that many): see sigma_refresh.
+                        j = extra["sigma_batches"] = extra.get("sigma_batches", 1) + 1
+                        new.blend(cov, 1.0 / min(j, SIGMA_WINDOW))
+                    else:
+                        extra["sigma_batches"] = 1
+                elif isinstance(self.sigma_refresh, str):
+                    # No matrix, so no average: "auto" reuses nothing (see sigma_refresh).
+                    period = 1
+                extra["sigma_period"] = period
+                # Kept only if another C step will reuse it: a minibatch held past its step
+                # keeps its gathered rows alive, and the next gather then gets fresh memory
+                # (page faults and cold cache: 10% of a default-setting iteration on a9a).
+                extra["sigma_cov"] = new if period > 1 else None
+                cov = new
+            extra["sigma_age"] = age + 1
+            return cov
         if self.sigma_estimate == "lagged":
             return state.extra.get("grads_prev", state.grads)
         return state.grads
@@ -183,7 +271,7 @@ class MCCAdL(ThermostatSampler):
         xi = thermostat(state.xi, p, half, mu, T, kinetic)
         if target.noise_scale > 0.0:
             # Sigma~ = -(h/2) beta Sigma over a time h (eq. 17).
-            p, n_prod = c_step(p, self._sigma_gradients(state, target, theta, rng), target.noise_scale, h,
+            p, n_prod = c_step(p, self._sigma_gradients(state, target, theta, rng, half / T), target.noise_scale, h,
                                half / T, self.expm_tol,
                                state.extra["sigma_eigvec"], cache=state.extra["sigma_norm_cache"],
                                method=self.expm_method)
@@ -211,4 +299,6 @@ class MCCAdL(ThermostatSampler):
         lanczos = state.extra.get("sigma_norm_cache", {}).get("n_lanczos", 0)
         # Which of the C step's two methods the chain used: Taylor below LANCZOS_FROM products.
         return {"c_step_products_per_iter": state.extra.get("c_products", 0) / n,
-                "c_step_lanczos_fraction": lanczos / n}
+                "c_step_lanczos_fraction": lanczos / n,
+                # How many iterations each independent Sigma minibatch served (sigma_refresh).
+                "sigma_minibatches_per_iter": state.extra.get("sigma_minibatches", 0) / n}
