@@ -509,9 +509,10 @@ def summarize(samples):
     raw = np.asarray(samples, dtype=float)
     if raw.ndim == 2:
         raw = raw[:, :, np.newaxis]
-    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"), warnings.catch_warnings():
         # One draw in all (max_draws=1, one chain) has no sd: NaN, without numpy's
-        # "Degrees of freedom <= 0" warning reaching the user.
+        # "Degrees of freedom <= 0" warning reaching the user; draws beyond 1e154 have an
+        # infinite sd, without its "overflow".
         warnings.simplefilter("ignore", RuntimeWarning)
         out = {"mean": raw.mean(axis=(0, 1)), "sd": raw.std(axis=(0, 1), ddof=1)}
     n_params, n_chains, n_draws = x.shape
@@ -519,6 +520,13 @@ def summarize(samples):
     if n_draws < _MIN_DRAWS or n_params == 0:
         out.update(ess_bulk=nan, ess_tail=nan, rhat=nan, mcse_mean=nan)
     else:
+        # Each parameter is divided by a power of two near its largest |draw|: exact (every
+        # result is the same, bit for bit), and the squares in the autocovariances cannot
+        # overflow for draws of any size (chains run far out under a near-flat prior).
+        with np.errstate(divide="ignore"):
+            _, exponent = np.frexp(np.abs(x).max(axis=(1, 2)))
+        scale = np.ldexp(1.0, np.where(np.abs(x).max(axis=(1, 2)) > 0, exponent, 0))
+        x = x / scale[:, None, None]
         split = _split_chains(x)
         z_split = _z_scale(split)
         out["ess_bulk"] = _ess_core(z_split)
@@ -527,7 +535,7 @@ def summarize(samples):
             out["rhat"] = nan
         else:
             out["rhat"] = _rhat_from_split(split, z_split)
-        out["mcse_mean"] = _mcse_mean_core(x)
+        out["mcse_mean"] = _mcse_mean_core(x) * scale
         for key in ("ess_bulk", "ess_tail", "rhat", "mcse_mean"):
             out[key] = np.where(bad, np.nan, out[key])
     if scalar:

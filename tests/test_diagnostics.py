@@ -379,3 +379,19 @@ def test_summarize_of_a_single_draw_is_nan_without_numpy_warnings():
         out = summarize(np.ones((1, 1, 3)))
     assert np.all(np.isnan(out["sd"])) and np.all(np.isnan(out["rhat"]))
     np.testing.assert_array_equal(out["mean"], 1.0)
+
+
+def test_summarize_is_scale_free_and_quiet_for_huge_draws():
+    # Chains run far out under a near-flat prior (the property suite found draws near 1e160):
+    # the autocovariances' squares overflowed and numpy's warnings reached the user. ESS and
+    # R-hat are scale-free, so draws x 1e200 must give the same values, silently.
+    import warnings
+
+    x = np.random.default_rng(3).normal(size=(4, 200, 2)).cumsum(axis=1)
+    base = summarize(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        huge = summarize(x * 2.0**664)  # a power of two: the values scale exactly
+    for key in ("ess_bulk", "ess_tail", "rhat"):
+        np.testing.assert_array_equal(huge[key], base[key])
+    np.testing.assert_allclose(huge["mcse_mean"], base["mcse_mean"] * 2.0**664, rtol=1e-12)
