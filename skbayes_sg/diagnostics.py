@@ -108,6 +108,20 @@ def _prepare(samples):
     return x, bad, scalar
 
 
+def _unit_scaled(x):
+    """``(x / scale, scale)``: each parameter of ``x`` (P, C, N) divided by a power of two
+    near its largest |draw|.
+
+    Exact (every diagnostic is the same, bit for bit, as on ``x``), and the squares in the
+    autocovariances cannot overflow for draws of any size (chains run far out under a
+    near-flat prior).
+    """
+    largest = np.abs(x).max(axis=(1, 2)) if x.size else np.zeros(x.shape[0])
+    exponent = np.frexp(largest)[1]
+    scale = np.ldexp(1.0, np.where(largest > 0, exponent, 0))
+    return x / scale[:, None, None], scale
+
+
 def _finish(values, bad, scalar):
     """Apply the NaN mask and return a float (2-D input) or an array."""
     values = np.where(bad, np.nan, np.asarray(values, dtype=float))
@@ -368,7 +382,7 @@ def split_rhat(samples):
     x, bad, scalar = _prepare(samples)
     if x.shape[2] < _MIN_DRAWS or x.shape[1] < _MIN_CHAINS_RHAT or x.shape[0] == 0:
         return _nan_result(x, scalar)
-    split = _split_chains(x)
+    split = _split_chains(_unit_scaled(x)[0])
     return _finish(_rhat_from_split(split, _z_scale(split)), bad, scalar)
 
 
@@ -411,7 +425,7 @@ def ess_bulk(samples):
     x, bad, scalar = _prepare(samples)
     if x.shape[2] < _MIN_DRAWS or x.shape[0] == 0:
         return _nan_result(x, scalar)
-    return _finish(_ess_core(_z_scale(_split_chains(x))), bad, scalar)
+    return _finish(_ess_core(_z_scale(_split_chains(_unit_scaled(x)[0]))), bad, scalar)
 
 
 def ess_tail(samples):
@@ -441,7 +455,7 @@ def ess_tail(samples):
     x, bad, scalar = _prepare(samples)
     if x.shape[2] < _MIN_DRAWS or x.shape[0] == 0:
         return _nan_result(x, scalar)
-    return _finish(_ess_tail_core(x), bad, scalar)
+    return _finish(_ess_tail_core(_unit_scaled(x)[0]), bad, scalar)
 
 
 def mcse_mean(samples):
@@ -471,7 +485,8 @@ def mcse_mean(samples):
     x, bad, scalar = _prepare(samples)
     if x.shape[2] < _MIN_DRAWS or x.shape[0] == 0:
         return _nan_result(x, scalar)
-    return _finish(_mcse_mean_core(x), bad, scalar)
+    x, scale = _unit_scaled(x)
+    return _finish(_mcse_mean_core(x) * scale, bad, scalar)
 
 
 def summarize(samples):
@@ -520,13 +535,7 @@ def summarize(samples):
     if n_draws < _MIN_DRAWS or n_params == 0:
         out.update(ess_bulk=nan, ess_tail=nan, rhat=nan, mcse_mean=nan)
     else:
-        # Each parameter is divided by a power of two near its largest |draw|: exact (every
-        # result is the same, bit for bit), and the squares in the autocovariances cannot
-        # overflow for draws of any size (chains run far out under a near-flat prior).
-        with np.errstate(divide="ignore"):
-            _, exponent = np.frexp(np.abs(x).max(axis=(1, 2)))
-        scale = np.ldexp(1.0, np.where(np.abs(x).max(axis=(1, 2)) > 0, exponent, 0))
-        x = x / scale[:, None, None]
+        x, scale = _unit_scaled(x)
         split = _split_chains(x)
         z_split = _z_scale(split)
         out["ess_bulk"] = _ess_core(z_split)
