@@ -26,7 +26,7 @@ from . import diagnostics
 from . import _run_length
 from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
 from ._chains import advance_chains, draw_schedule, start_chains
-from .exceptions import FitInterruptedWarning, GradientNoiseWarning
+from .exceptions import DivergenceError, FitInterruptedWarning, GradientNoiseWarning
 from ._geometry import Geometry, build_geometry, noise_probe
 from .minibatch import BATCH_SCHEMES
 from .models import Model
@@ -404,9 +404,12 @@ class BaseSGBayes(BaseEstimator):
         control_variate = geometry.control_variate(chain_model)
         info = {**info, "gradient": geometry.gradient, "preconditioner": geometry.preconditioner}
 
-        runs = self._run(sampler, chain_model, starts, first, burn_in, max_draws, batch_size, step_size, fit_round,
-                         control_variate,
-                         geometry.row_probabilities if control_variate is None else None, progress)
+        try:
+            runs = self._run(sampler, chain_model, starts, first, burn_in, max_draws, batch_size, step_size,
+                             fit_round, control_variate,
+                             geometry.row_probabilities if control_variate is None else None, progress)
+        except DivergenceError as exc:
+            raise _explain_divergence(exc, self) from None
         results, summary, blocks, interrupted = runs.results, runs.summary, runs.blocks, runs.interrupted
         if interrupted is not None and interrupted["n_draws"] == 0 and not (resume and not streaming):
             # Still in burn-in (or before the first kept draw): nothing to be fitted on,
@@ -1195,6 +1198,27 @@ def epoch_permutation(random_state, n):
         # A stream of its own, apart from the chains' SeedSequence children.
         return np.random.default_rng([int(random_state), 2**31]).permutation(n)
     return check_random_state(random_state).permutation(n)
+
+
+#: A divergence under a prior precision below this also names the prior (see
+#: :func:`_explain_divergence`).
+FLAT_PRIOR_ALPHA = 1e-3
+
+
+def _explain_divergence(exc, estimator):
+    """``exc``, with the prior named as a cause when it is nearly flat.
+
+    On data that (nearly) separate the classes a nearly flat prior leaves a posterior whose
+    tails are far longer than the curvature at the mode says, so no step size set there is
+    stable across it: a smaller step would not help, a proper prior does.
+    """
+    alpha = getattr(estimator, "alpha", None)
+    if alpha is None or np.min(alpha) >= FLAT_PRIOR_ALPHA:
+        return exc
+    message = (f"{exc.args[0]} The prior is nearly flat (smallest alpha = {np.min(alpha):.3g}): where the "
+               "data (nearly) separate the classes, the posterior then reaches far beyond its curvature at the "
+               "mode. Use a larger alpha (default 1.0).")
+    return DivergenceError(message, sampler=exc.sampler, step_size=exc.step_size, iteration=exc.iteration)
 
 
 def _feature_scale_spread(X):

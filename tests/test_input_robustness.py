@@ -235,3 +235,15 @@ def test_the_drbm_refuses_multilevel_samplers_naming_the_fix(strict):
     X = np.random.default_rng(0).standard_normal((10, 2))
     with pytest.raises(ValueError, match="does not support multilevel samplers.*sampler='mccadl'"):
         SGBayesDRBMClassifier(sampler=MLSGLD(horizon=50, max_levels=2), n_hidden=3).fit(X, np.arange(10) % 2)
+
+
+def test_a_divergence_under_a_nearly_flat_prior_names_the_prior():
+    # Separable rows and alpha = 1e-6: the posterior's tail runs far past the curvature at
+    # the mode, and the thermostat diverged with advice to shrink the step, which cannot
+    # help. The message now names the prior and the fix.
+    X, y = np.array([[1.0], [1.0], [1.0], [0.0], [0.0]]), np.array([1, 1, 1, 0, 0])
+    est = SGBayesLogisticRegression(sampler="sgnht", n_iter=8, n_chains=1, alpha=1e-6, fit_intercept=False,
+                                    batch_scheme="epochs", batch_size=None, class_weight="balanced",
+                                    random_state=0)
+    with pytest.raises(DivergenceError, match=r"prior is nearly flat \(smallest alpha = 1e-06\).*larger alpha"):
+        est.fit(X, y)
