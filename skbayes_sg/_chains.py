@@ -82,6 +82,18 @@ def draw_schedule(n_iter, n_burn, thin, max_draws):
     return eff_thin, n_kept // eff_thin
 
 
+def coarsened_thin(prev, need, span):
+    """The thinning of a continued record: the smallest multiple of ``prev`` that is at
+    least ``need``, unless that would leave no grid point in the ``span`` iterations after
+    the burn-in; then the largest multiple of ``prev`` within ``span`` (one draw, so at most
+    ``max_draws`` for any ``max_draws >= 1``).
+    """
+    k = max(1, -(-need // prev))
+    if prev * k > span >= prev:
+        k = span // prev
+    return prev * k
+
+
 class ChainRunner:
     """One chain that can be advanced in chunks and resumed.
 
@@ -153,7 +165,7 @@ class ChainRunner:
             # would exceed max_draws, which keeps the draws stored before on the new grid.
             prev = progress["eff_thin"]
             need = draw_schedule(n_iter, self.n_burn, thin, max_draws)[0]
-            self.eff_thin = prev * max(1, -(-need // prev))
+            self.eff_thin = coarsened_thin(prev, need, n_iter - self.n_burn)
         self.n_iter = n_iter
         self.t0 = self.t  # iteration this run started at: draws before it are not stored here
         self.n_draws = self._n_grid(n_iter)

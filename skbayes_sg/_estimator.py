@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 from . import diagnostics
 from . import _run_length
 from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
-from ._chains import advance_chains, draw_schedule, start_chains
+from ._chains import advance_chains, coarsened_thin, draw_schedule, start_chains
 from .exceptions import DivergenceError, FitInterruptedWarning, GradientNoiseWarning
 from ._geometry import Geometry, build_geometry, noise_probe
 from .minibatch import BATCH_SCHEMES
@@ -1051,7 +1051,7 @@ def _join_records(old, new, progress, t0, t, eff_thin, max_draws):
     it_new = first_new + np.arange(new_draws.shape[1]) * eff_thin
     if max_draws is not None and t - n_burn > max_draws * eff_thin:
         need = -(-(t - n_burn) // max_draws)
-        eff_thin *= -(-need // eff_thin)
+        eff_thin = coarsened_thin(eff_thin, need, t - n_burn)
     iteration = np.concatenate([it_old, it_new])
     keep = (iteration + 1 - n_burn) % eff_thin == 0
     keep_old, keep_new = keep[:it_old.size], keep[it_old.size:]
@@ -1230,14 +1230,21 @@ def _feature_scale_spread(X):
     else:
         # By row blocks, shifted by the first row for accuracy: a memory-mapped or integer X
         # is never copied whole (a fit on a memmap allocates O(D) per pass, not O(N D)).
-        shift = np.asarray(X[:1], dtype=float)
+        # Each column is first divided by its largest |value|, so that features near 1e300
+        # cannot overflow the squares.
+        blocks = range(0, X.shape[0], 4096)
+        size = np.zeros(X.shape[1])
+        for start in blocks:
+            np.maximum(size, np.abs(np.asarray(X[start:start + 4096], dtype=float)).max(axis=0), out=size)
+        size[~(size > 0) | ~np.isfinite(size)] = 1.0
+        shift = np.asarray(X[:1], dtype=float) / size
         total, total_sq = np.zeros(X.shape[1]), np.zeros(X.shape[1])
-        for start in range(0, X.shape[0], 4096):
-            block = np.asarray(X[start:start + 4096], dtype=float) - shift
+        for start in blocks:
+            block = np.asarray(X[start:start + 4096], dtype=float) / size - shift
             total += block.sum(axis=0)
             total_sq += np.einsum("ij,ij->j", block, block)
         mean = total / X.shape[0]
-        sd = np.sqrt(np.maximum(total_sq / X.shape[0] - mean * mean, 0.0))
+        sd = size * np.sqrt(np.maximum(total_sq / X.shape[0] - mean * mean, 0.0))
     sd = sd[np.isfinite(sd) & (sd > 0)]
     return float(sd.max() / sd.min()) if sd.size else 1.0
 

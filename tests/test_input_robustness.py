@@ -247,3 +247,27 @@ def test_a_divergence_under_a_nearly_flat_prior_names_the_prior():
                                     random_state=0)
     with pytest.raises(DivergenceError, match=r"prior is nearly flat \(smallest alpha = 1e-06\).*larger alpha"):
         est.fit(X, y)
+
+
+def test_a_continuation_under_max_draws_1_keeps_a_draw(strict):
+    # A warm start coarsens the record's grid to respect max_draws; for max_draws=1 the
+    # coarsest multiple of the first part's thinning fell past the run's end and no draw
+    # was left (ZeroDivisionError in the posterior mean).
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(12, 3)), rng.normal(size=12)
+    est = SGBayesLinearRegression(sampler="sghmc", n_iter=22, thin=5, n_chains=1, warm_start=True, max_draws=1,
+                                  noise_precision=0.3, random_state=3500)
+    est.fit(X, y).fit(X, y)
+    assert est.samples_.shape[1] == 1
+    mean, std = est.predict(X, return_std=True)
+    assert np.isfinite(mean).all() and np.isfinite(std).all()
+
+
+def test_the_feature_scale_check_is_quiet_for_features_near_1e300(strict):
+    # The standardise advice measures the features' sd spread; features of 1e300 overflowed
+    # its squares (numpy warnings in a DRBM fit's warning path).
+    from skbayes_sg._estimator import _feature_scale_spread
+
+    Z = np.random.default_rng(0).normal(size=(5000, 3))
+    X = Z * np.array([1.0, 10.0, 1e300])
+    assert _feature_scale_spread(X) == pytest.approx(1e300 * Z[:, 2].std() / Z[:, 0].std(), rel=1e-6)
