@@ -1246,7 +1246,8 @@ def _feature_scale_spread(X):
         mean = total / X.shape[0]
         sd = size * np.sqrt(np.maximum(total_sq / X.shape[0] - mean * mean, 0.0))
     sd = sd[np.isfinite(sd) & (sd > 0)]
-    return float(sd.max() / sd.min()) if sd.size else 1.0
+    with np.errstate(over="ignore"):  # sds of 1e300 and 1e-300: an infinite spread
+        return float(sd.max() / sd.min()) if sd.size else 1.0
 
 
 def _caller_stacklevel():

@@ -53,11 +53,19 @@ def curvature_factor(model, theta_hat, kind):
     -------
     L : ndarray of shape (P, P) or (P,)
     """
+    # Features near 1e300 overflow the curvature's products: the non-finite result is
+    # reported below as a ValueError naming the fix, without numpy's overflow warnings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if kind == "diag":
+            d = np.abs(model.hessian_diagonal(theta_hat))
+        else:
+            H = model.hessian(theta_hat)
     if kind == "diag":
-        d = np.abs(model.hessian_diagonal(theta_hat))
+        if not np.all(np.isfinite(d)):
+            raise ValueError("The curvature of the log posterior at the MAP is not finite; standardise the "
+                             "features or use preconditioner='none'.")
         d = np.maximum(d, max(float(d.max()), 1e-300) * 1e-10)
         return 1.0 / np.sqrt(d)
-    H = model.hessian(theta_hat)
     if not np.all(np.isfinite(H)):
         raise ValueError("The Hessian of the log posterior at the MAP is not finite; standardise the features "
                          "or use preconditioner='none'.")

@@ -271,3 +271,19 @@ def test_the_feature_scale_check_is_quiet_for_features_near_1e300(strict):
     Z = np.random.default_rng(0).normal(size=(5000, 3))
     X = Z * np.array([1.0, 10.0, 1e300])
     assert _feature_scale_spread(X) == pytest.approx(1e300 * Z[:, 2].std() / Z[:, 0].std(), rel=1e-6)
+
+
+def test_features_near_1e300_give_a_value_error_from_the_adaptive_samplers(strict):
+    # gadRWM's starting proposal is the curvature at the start, whose products with features
+    # near 1e300 overflowed with numpy's warning before the library's error.
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 5, (8, 3)).astype(float) * 1e300
+    with pytest.raises(ValueError, match="not finite"):
+        SGBayesLogisticRegression(sampler="gadrwm", n_iter=14, init="zeros", alpha=1e8, fit_intercept=False,
+                                  batch_size=None).fit(X, np.arange(8) % 2)
+
+
+def test_the_feature_scale_spread_of_tiny_and_huge_columns_is_infinite_quietly(strict):
+    from skbayes_sg._estimator import _feature_scale_spread
+
+    assert _feature_scale_spread(np.c_[[1e-300, 0.0, 3e-300], [1e300, 0.0, 2e300]]) == np.inf
