@@ -1213,12 +1213,22 @@ def _explain_divergence(exc, estimator):
     stable across it: a smaller step would not help, a proper prior does.
     """
     alpha = getattr(estimator, "alpha", None)
-    if alpha is None or np.min(alpha) >= FLAT_PRIOR_ALPHA:
+    hints = []
+    if alpha is not None and np.min(alpha) < FLAT_PRIOR_ALPHA:
+        hints.append(f"The prior is nearly flat (smallest alpha = {np.min(alpha):.3g}): where the data (nearly) "
+                     "separate the classes, the posterior then reaches far beyond its curvature at the mode. Use a "
+                     "larger alpha (default 1.0).")
+    init_scale = getattr(estimator, "init_scale", None)
+    if isinstance(estimator.init, str) and estimator.init == "random" and init_scale is not None and init_scale > 1:
+        # The automatic step is set where the chains spend their time; chains started at
+        # weights of this size meet forces (and, for the Euler thermostats, frictions) far
+        # beyond it in their first steps.
+        hints.append(f"The chains started at random weights of scale init_scale={init_scale:g}, far from the "
+                     "posterior, where the step is too large for the forces: use a smaller init_scale (default 0.1).")
+    if not hints:
         return exc
-    message = (f"{exc.args[0]} The prior is nearly flat (smallest alpha = {np.min(alpha):.3g}): where the "
-               "data (nearly) separate the classes, the posterior then reaches far beyond its curvature at the "
-               "mode. Use a larger alpha (default 1.0).")
-    return DivergenceError(message, sampler=exc.sampler, step_size=exc.step_size, iteration=exc.iteration)
+    return DivergenceError(" ".join([exc.args[0], *hints]), sampler=exc.sampler, step_size=exc.step_size,
+                           iteration=exc.iteration)
 
 
 def _feature_scale_spread(X):

@@ -287,3 +287,13 @@ def test_the_feature_scale_spread_of_tiny_and_huge_columns_is_infinite_quietly(s
     from skbayes_sg._estimator import _feature_scale_spread
 
     assert _feature_scale_spread(np.c_[[1e-300, 0.0, 3e-300], [1e300, 0.0, 2e300]]) == np.inf
+
+
+def test_a_divergence_from_a_far_random_start_names_init_scale():
+    # The Euler thermostats (SGNHT, CCAdL) diverged from DRBM weights of scale 1000, with
+    # advice to shrink the step; the cause is the start, and the message now says so.
+    X, y = np.array([[1.0], [1.0], [0.0], [1.0], [0.0]]), np.array([1, 1, 0, 1, 0])
+    est = SGBayesDRBMClassifier(sampler="sgnht", n_iter=16, n_hidden=1, init_scale=1000.0, alpha=3.0,
+                                batch_size=None, n_chains=2, random_state=19658)
+    with pytest.raises(DivergenceError, match=r"init_scale=1000.*use a smaller init_scale"):
+        est.fit(X, y)

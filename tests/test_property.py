@@ -443,6 +443,8 @@ def run_case(kind, params, X, y, container, tmpdir):
                 scale = np.nanmax(np.abs(np.asarray(X, dtype=float)), initial=0.0)
                 flat = (params.get("alpha", 1.0) < 1e-6 * max(scale, 1.0) ** 2
                         or "The prior is nearly flat" in str(exc))
+            # A start the user put far out (the DRBM's init_scale), named by the message.
+            far_start = "use a smaller init_scale" in str(exc)
             if explicit:
                 outcome = "DivergenceError:explicit_step"
             elif kind == "drbm" and scale > 1e4 and "standardise the features" in str(exc):
@@ -453,6 +455,8 @@ def run_case(kind, params, X, y, container, tmpdir):
                 outcome = "DivergenceError:unscaled_targets"
             elif flat:
                 outcome = "DivergenceError:near_flat_prior"
+            elif far_start:
+                outcome = "DivergenceError:far_start"
             else:
                 outcome = "bad:divergence"
             detail = str(exc)
