@@ -432,7 +432,7 @@ def _regress_rate(values, start=1):
 
 
 def mlmc(coupled, g, target_rmse, *, rmse_units="absolute", n_initial=100, min_levels=2, max_levels=10,
-         seed=None, n_jobs=None, keep_draws=False, verbose=0):
+         seed=None, n_jobs=None, keep_draws=False, verbose=0, max_grad_evals=None):
     """Giles' adaptive multilevel Monte Carlo driver (Giles 2015, Algorithm 1) on ``coupled``.
 
     Starting from levels ``0..min_levels`` with ``n_initial`` samples each, it repeats:
@@ -471,6 +471,10 @@ def mlmc(coupled, g, target_rmse, *, rmse_units="absolute", n_initial=100, min_l
     keep_draws : bool, default=False
         Keep the states and their signed weights.
     verbose : int, default=0
+    max_grad_evals : float or None, default=None
+        Before each round, the per-example gradient evaluations spent so far plus the
+        round's are compared with this budget; over it, a ``ValueError`` says how many the
+        target needs (None: no budget).
 
     Returns
     -------
@@ -503,6 +507,14 @@ def mlmc(coupled, g, target_rmse, *, rmse_units="absolute", n_initial=100, min_l
     # of starting a pool per round (seconds a round with backends such as Ray or dask).
     with Parallel(n_jobs=n_jobs, verbose=verbose) as parallel:
         while dN.sum() > 0:
+            projected = float(evals.sum() + np.dot(dN[:n_lev], cost[:n_lev]))
+            if max_grad_evals is not None and projected > max_grad_evals:
+                # The samples the target needs grow with the levels' variance, which grows with
+                # the features' scale: unscaled data can ask for hours of paths.
+                raise ValueError(
+                    f"the multilevel estimate would need about {projected:.3g} per-example gradient evaluations to "
+                    f"reach target_rmse, over max_grad_evals={max_grad_evals:.3g}. Increase target_rmse, "
+                    "standardise the features, or raise max_grad_evals.")
             tasks = []
             for level in range(n_lev):
                 for j, start in enumerate(range(0, int(dN[level]), chunk)):
@@ -653,7 +665,7 @@ MAX_AUTO_HORIZON = 100_000
 
 def estimate(model, g=None, target_rmse=0.1, *, theta0=None, rmse_units="absolute", antithetic=True, taylor=True,
              averaging=False, step_size="auto", horizon="auto", batch_size="auto", n_initial=100, min_levels=2,
-             max_levels=10, n_jobs=None, random_state=None, keep_draws=False, verbose=0):
+             max_levels=10, n_jobs=None, random_state=None, keep_draws=False, verbose=0, max_grad_evals=None):
     """Multilevel SGLD estimate of the posterior expectation ``E[g(theta)]``.
 
     Builds the coupled levels (:class:`CoupledSGLD`) and runs Giles' driver (:func:`mlmc`)
@@ -701,6 +713,8 @@ def estimate(model, g=None, target_rmse=0.1, *, theta0=None, rmse_units="absolut
     keep_draws : bool, default=False
         Keep the states with signed weights (``result.draws``, ``result.weights``).
     verbose : int, default=0
+    max_grad_evals : float or None, default=None
+        Budget of per-example gradient evaluations (see :func:`mlmc`); None: no budget.
 
     Returns
     -------
@@ -761,7 +775,8 @@ def estimate(model, g=None, target_rmse=0.1, *, theta0=None, rmse_units="absolut
         setup += N
     seed = random_state if isinstance(random_state, np.random.SeedSequence) else np.random.SeedSequence(random_state)
     result = mlmc(coupled, g, target_rmse, rmse_units=rmse_units, n_initial=n_initial, min_levels=min_levels,
-                  max_levels=max_levels, seed=seed, n_jobs=n_jobs, keep_draws=keep_draws, verbose=verbose)
+                  max_levels=max_levels, seed=seed, n_jobs=n_jobs, keep_draws=keep_draws, verbose=verbose,
+                  max_grad_evals=max_grad_evals)
     result.n_grad_evals_setup = int(setup)
     result.extra.update({"lambda_max": lam_max, "lambda_min": lam_min})
     return result

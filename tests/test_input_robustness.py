@@ -297,3 +297,16 @@ def test_a_divergence_from_a_far_random_start_names_init_scale():
                                 batch_size=None, n_chains=2, random_state=19658)
     with pytest.raises(DivergenceError, match=r"init_scale=1000.*use a smaller init_scale"):
         est.fit(X, y)
+
+
+def test_a_multilevel_estimate_over_its_budget_is_a_value_error_naming_the_fixes(strict):
+    # MLSGLD on lognormal features x1000 asked for minutes of paths to reach its target
+    # (the sweep's last bad class); over max_grad_evals it now stops before the round.
+    rng = np.random.default_rng(0)
+    X, y = rng.lognormal(0, 3, (10, 3)) * 1000, np.arange(10) % 2
+    sampler = MLSGLD(horizon=5, max_levels=3, n_initial=10, step_size=0.001, target_rmse=1.0, max_grad_evals=1e5)
+    with pytest.raises(ValueError, match=r"would need about .* per-example gradient evaluations.*max_grad_evals="
+                                         r"1e\+05.*Increase target_rmse, standardise the features"):
+        SGBayesLogisticRegression(sampler=sampler, init="zeros", alpha=1000.0, batch_size=None).fit(X, y)
+    with pytest.raises(ValueError, match="max_grad_evals"):
+        SGBayesLogisticRegression(sampler=MLSGLD(max_grad_evals=-1.0)).fit(X, y)
