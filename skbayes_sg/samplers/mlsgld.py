@@ -60,13 +60,13 @@ class MLSGLD(BaseSampler):
         Samples per level in the driver's first round.
     max_levels : int, default=10
         Finest level allowed (at least 2: the estimate starts from levels 0, 1 and 2).
-    max_grad_evals : float or None, default=1e9
+    max_grad_evals : float or None, default=2e8
         Budget of per-example gradient evaluations (the paper's cost unit). Before each
         round of samples the estimate checks what it has spent plus what the round needs;
         over the budget it raises a ``ValueError`` saying how much the target would take,
         instead of running for hours (unscaled features inflate the levels' variance and
-        with it the samples ``target_rmse`` needs). 1e9 is about a minute of paths on this
-        library's reference 2-core machine and 30,000 passes over a9a. None: no budget.
+        with it the samples ``target_rmse`` needs). 2e8 is about 40 s of paths on tiny data
+        (where each step's fixed cost dominates) and 6,000 passes over a9a. None: no budget.
 
     Examples
     --------
@@ -84,7 +84,7 @@ class MLSGLD(BaseSampler):
     TAYLOR_MAX_PARAMS = 200
 
     def __init__(self, target_rmse=0.1, antithetic=True, taylor="auto", averaging=False, step_size="auto",
-                 horizon="auto", n_initial=100, max_levels=10, max_grad_evals=1e9):
+                 horizon="auto", n_initial=100, max_levels=10, max_grad_evals=2e8):
         self.target_rmse = target_rmse
         self.antithetic = antithetic
         self.taylor = taylor
