@@ -50,6 +50,23 @@ def _data(scale="unit"):
     return train_test_split(X, y, train_size=0.7, random_state=0, stratify=y)
 
 
+def _fit_and_predict(clf, Xtr, ytr, Xte, row):
+    """Fit and predict, recording wall and CPU seconds in ``row``; return the warnings
+    caught during the fit and the test probabilities."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        clf.fit(Xtr, ytr)
+    row["fit_s"] = time.perf_counter() - t0
+    row["fit_cpu_s"] = time.process_time() - c0
+    t0 = time.perf_counter()
+    proba = clf.predict_proba(Xte)
+    row["predict_s"] = time.perf_counter() - t0
+    return caught, proba
+
+
 def _one(label, params, seed, scale="unit", save=None):
     """Fit one configuration (in this process) and return its row.
 
@@ -68,15 +85,7 @@ def _one(label, params, seed, scale="unit", save=None):
         from sklearn.neural_network import MLPClassifier
 
         clf = MLPClassifier(random_state=seed, **params)
-        t0, c0 = time.perf_counter(), time.process_time()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
-            clf.fit(Xtr, ytr)
-        row["fit_s"] = time.perf_counter() - t0
-        row["fit_cpu_s"] = time.process_time() - c0
-        t0 = time.perf_counter()
-        proba = clf.predict_proba(Xte)
-        row["predict_s"] = time.perf_counter() - t0
+        caught, proba = _fit_and_predict(clf, Xtr, ytr, Xte, row)
     else:
         import skbayes_sg
         from skbayes_sg import SGBayesDRBMClassifier, diagnostics
@@ -88,15 +97,7 @@ def _one(label, params, seed, scale="unit", save=None):
 
             drbm.AUTO_STEP_SCALE = params.pop("step_scale")
         clf = SGBayesDRBMClassifier(random_state=seed, **params)
-        t0, c0 = time.perf_counter(), time.process_time()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
-            clf.fit(Xtr, ytr)
-        row["fit_s"] = time.perf_counter() - t0
-        row["fit_cpu_s"] = time.process_time() - c0
-        t0 = time.perf_counter()
-        proba = clf.predict_proba(Xte)
-        row["predict_s"] = time.perf_counter() - t0
+        caught, proba = _fit_and_predict(clf, Xtr, ytr, Xte, row)
         d = clf.diagnostics_
         row.update(step_size=d["step_size"], lambda_max=d.get("lambda_max"), batch_size=d["batch_size"],
                    thin=d["thin"], draws_per_chain=int(clf.samples_.shape[1]), n_iter=int(clf.n_iter_),
