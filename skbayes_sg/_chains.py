@@ -1,4 +1,4 @@
-"""The fit loop: run chains of a sampler on a target and keep their draws.
+"""The fit loop: run chains of a sampler on a posterior and keep their draws.
 
 One shared loop serves every estimator. Chains run under ``joblib.Parallel``; each chain
 draws all its randomness from its own ``numpy.random.Generator`` seeded by a child of
@@ -114,8 +114,10 @@ class ChainRunner:
     batch_size : int or None
     batch_scheme : str
     seed : numpy.random.SeedSequence
-    step_size : float, optional
-        ``h`` for a fresh chain.
+    context : FitContext, optional
+        What the fit measured for every chain (:class:`~.samplers.FitContext`), from which
+        the sampler's ``init_state`` resolves the step size of a fresh chain (needed for
+        ``step_size="auto"``).
     control_variate : tuple (theta_hat, g_hat) or None
         Centre of the control-variate gradient estimator and the full-data log-likelihood
         gradient there (:class:`~.minibatch.ControlVariateGradient`); None for plain
@@ -138,20 +140,20 @@ class ChainRunner:
     """
 
     def __init__(self, sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                 seed, step_size=None, control_variate=None, row_probabilities=None,
+                 seed, context=None, control_variate=None, row_probabilities=None,
                  progress=None):
         self.sampler = sampler
         self.rng = np.random.default_rng(seed) if progress is None else _generator(progress["rng"])
         if control_variate is None:
-            self.target = MinibatchGradient(model, batch_size, batch_scheme, row_probabilities)
+            self.grad_estimator = MinibatchGradient(model, batch_size, batch_scheme, row_probabilities)
         else:
-            self.target = ControlVariateGradient(model, batch_size, batch_scheme, *control_variate)
+            self.grad_estimator = ControlVariateGradient(model, batch_size, batch_scheme, *control_variate)
         if progress is not None:
-            self.target.restore_queue(progress["queue"])
+            self.grad_estimator.restore_queue(progress["queue"])
         if hasattr(start, "theta"):
             self.state = start
         else:
-            self.state = sampler.init_state(start, self.target, self.rng, step_size)
+            self.state = sampler.init_state(start, self.grad_estimator, self.rng, context)
         if progress is None:
             self.t = 0  # iterations done
             self.n_burn = n_burn
@@ -170,7 +172,9 @@ class ChainRunner:
         self.t0 = self.t  # iteration this run started at: draws before it are not stored here
         self.n_draws = self._n_grid(n_iter)
         self.draws = np.empty((self.n_draws, model.n_params))
-        self.stats = np.empty((self.n_draws, len(sampler._stat_names)))
+        # The sampler's per-iteration statistics, one column per field of its info.
+        self.stat_names = tuple(sampler.info_type._fields)
+        self.stats = np.empty((self.n_draws, len(self.stat_names)))
         self.k0 = 0  # draw held in the buffer's first row (see detach_draws)
         self.k = 0  # draws stored
         self.busy = False  # inside advance (left True if an interrupt stopped it mid-iteration)
@@ -213,7 +217,7 @@ class ChainRunner:
         continues the chain bit-identically, in this process or after a pickle or skops
         round trip. The stored draws are not in it (the estimator keeps them).
         """
-        return {"rng": self.rng.bit_generator.state, "queue": self.target.queue_state(), "t": int(self.t),
+        return {"rng": self.rng.bit_generator.state, "queue": self.grad_estimator.queue_state(), "t": int(self.t),
                 "n_burn": int(self.n_burn), "n_adapt": int(self.n_adapt), "eff_thin": int(self.eff_thin)}
 
     def extend(self, n_iter, n_burn, eff_thin):
@@ -247,17 +251,17 @@ class ChainRunner:
 
     def advance(self, n_steps=None):
         """Run up to ``n_steps`` more iterations (all remaining if None); return self."""
-        sampler, state, target, rng = self.sampler, self.state, self.target, self.rng
+        sampler, state, grad_estimator, rng = self.sampler, self.state, self.grad_estimator, self.rng
         stop = self.n_iter if n_steps is None else min(self.n_iter, self.t + n_steps)
         first_kept = self._first_kept()
         n_draws, k0 = self.n_draws, self.k0
         self.busy = True
-        to_theta = getattr(target.model, "to_theta", None)
+        to_theta = getattr(grad_estimator.model, "to_theta", None)
         # A diverging chain overflows before it is caught; the DivergenceError says so, so
         # numpy's overflow warnings would only be noise.
         with np.errstate(over="ignore", invalid="ignore"):
             for t in range(self.t, stop):
-                state = sampler.step(state, target, rng)
+                state, info = sampler.step(state, grad_estimator, rng)
                 self.t = t + 1  # for an interrupt's report; the state is saved at the end
                 if t + 1 == self.n_adapt:
                     sampler.end_adaptation(state)
@@ -266,7 +270,7 @@ class ChainRunner:
                     _check_finite(state, sampler, t)
                 if keep:
                     self.draws[self.k - k0] = state.theta if to_theta is None else to_theta(state.theta)
-                    self.stats[self.k - k0] = sampler.sample_stats(state)
+                    self.stats[self.k - k0] = info
                     self.k += 1
         _check_finite(state, sampler, stop - 1)
         self.state, self.t = state, stop
@@ -305,10 +309,10 @@ class ChainRunner:
         n_draws = self.draws.shape[0] if n_draws is None else n_draws
         return ChainResult(
             draws=self.draws[:n_draws],
-            stats={name: self.stats[:n_draws, j] for j, name in enumerate(self.sampler._stat_names)},
+            stats={name: self.stats[:n_draws, j] for j, name in enumerate(self.stat_names)},
             state=self.state,
-            n_grad_evals=self.target.n_grad_evals,
-            summary=self.sampler.chain_summary(self.state),
+            n_grad_evals=self.grad_estimator.n_grad_evals,
+            summary=self.state.summary(),
         )
 
 
@@ -326,18 +330,18 @@ def _unpickle_runner(state):
 
 
 def run_chain(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-              seed, step_size=None, control_variate=None):
+              seed, context=None, control_variate=None):
     """Run one chain to the end and return its draws after burn-in (:class:`ChainResult`).
 
     See :class:`ChainRunner` for the parameters.
     """
     runner = ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size,
-                         batch_scheme, seed, step_size, control_variate)
+                         batch_scheme, seed, context, control_variate)
     return runner.advance().result()
 
 
 def _check_finite(state, sampler, t):
-    if not np.isfinite(state.theta).all() or (state.p is not None and not np.isfinite(state.p).all()):
+    if not state.is_finite():
         raise DivergenceError(
             f"{type(sampler).__name__} diverged: the chain's state became non-finite by iteration "
             f"{t + 1} with step_size={state.step_size:.4g}. Use a smaller step_size (for example "
@@ -351,7 +355,7 @@ def _advance(runner, model, n_steps):
     # inside the runner: joblib's dask backend scatters it once per worker and loky
     # memmaps it once, where a runner carrying it would ship X once per chain and
     # pickle it back with every result.
-    runner.target.model = model
+    runner.grad_estimator.model = model
     try:
         # One BLAS thread, wherever the chain runs: a multithreaded product sums in another
         # order than a single-threaded one, so draws would depend on the process (loky and
@@ -363,21 +367,21 @@ def _advance(runner, model, n_steps):
             runner.advance(n_steps)
             runner.compute_seconds = time.perf_counter() - tic
     finally:
-        runner.target.model = None
+        runner.grad_estimator.model = None
     return runner
 
 
 def start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme, seeds,
-                 step_size=None, control_variate=None, row_probabilities=None, progress=None):
+                 context=None, control_variate=None, row_probabilities=None, progress=None):
     """One :class:`ChainRunner` per start, not yet advanced (the model is detached from
     them: :func:`advance_chains` passes it to each task). ``progress``: one
     :meth:`ChainRunner.progress` per start, to continue those chains exactly."""
     progress = [None] * len(starts) if progress is None else progress
     runners = [ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                           seed, step_size, control_variate, row_probabilities, prog)
+                           seed, context, control_variate, row_probabilities, prog)
                for start, seed, prog in zip(starts, seeds, progress)]
     for r in runners:
-        r.target.model = None
+        r.grad_estimator.model = None
     return runners
 
 
@@ -464,12 +468,12 @@ def _round(parallel, runners, model, n_steps):
 
 
 def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-               seeds, step_size=None, n_jobs=None, verbose=0, control_variate=None):
+               seeds, context=None, n_jobs=None, verbose=0, control_variate=None):
     """Run one chain per start in parallel with joblib; results in chain order.
 
     See :class:`ChainRunner` for the parameters and :func:`advance_chains` for
     ``n_jobs`` and ``verbose``.
     """
     runners = start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                           seeds, step_size, control_variate)
+                           seeds, context, control_variate)
     return [r.result() for r in advance_chains(runners, model, n_jobs, verbose)]

@@ -32,7 +32,7 @@ from .minibatch import BATCH_SCHEMES
 from .models import Model
 from .models._base import largest_abs
 from .samplers import get_sampler
-from .samplers._step_size import largest_curvature
+from .samplers._step_size import FitContext, largest_curvature
 
 def validate_data(*args, **kwargs):
     """scikit-learn's ``validate_data``, without numpy's RuntimeWarning on X holding both
@@ -349,7 +349,7 @@ class BaseSGBayes(BaseEstimator):
             chain_model = geometry.chain_model(model)
             # Copies: a continuation cut short (an interrupt, a divergence) must not leave
             # the stored chains half-advanced.
-            starts, step_size, info = copy.deepcopy(self._chain_states), None, {}
+            starts, context = copy.deepcopy(self._chain_states), None
             fit_round = self._fit_round + 1
             # A fit continues its chains exactly (generators, minibatch queues, thinning
             # grid), so that fitting in parts gives the draws of one fit. partial_fit, whose
@@ -360,8 +360,9 @@ class BaseSGBayes(BaseEstimator):
                 # The posterior sharpens as N grows: the step that was stable on the first
                 # chunks can diverge now, so the auto rule runs again at the chains' states.
                 sigma_max = self._noise_eigenvalue(chain_model, geometry, batch_size)
-                step_size, info = sampler.resolve_step_size(chain_model, starts[0].theta, sigma_max,
-                                                            scale=self._auto_step_scale(sampler))
+                context = FitContext(chain_model, starts[0].theta, sigma_max=sigma_max,
+                                     scale=self._auto_step_scale(sampler))
+                step_size = sampler.step_size_for(context)
                 for state in starts:
                     state.step_size = step_size
         else:
@@ -396,20 +397,25 @@ class BaseSGBayes(BaseEstimator):
                                                            chain_model.n_samples, self._auto_step_scale(sampler))
                 if batch_size is None:
                     geometry = replace(geometry, gradient="full", row_probabilities=None)
-            step_size, info = sampler.resolve_step_size(chain_model, curvature_at, sigma_max, lambda_max=lam,
-                                                        scale=self._auto_step_scale(sampler))
+            # The sampler resolves its step size from these measurements in its init_state, once
+            # for all the chains (FitContext.step).
+            context = FitContext(chain_model, curvature_at, lambda_max=lam, sigma_max=sigma_max,
+                                 scale=self._auto_step_scale(sampler))
             fit_round = 0
             progress = None
         self._fit_map = None
         control_variate = geometry.control_variate(chain_model)
-        info = {**info, "gradient": geometry.gradient, "preconditioner": geometry.preconditioner}
 
         try:
-            runs = self._run(sampler, chain_model, starts, first, burn_in, max_draws, batch_size, step_size,
+            runs = self._run(sampler, chain_model, starts, first, burn_in, max_draws, batch_size, context,
                              fit_round, control_variate,
                              geometry.row_probabilities if control_variate is None else None, progress)
         except DivergenceError as exc:
             raise _explain_divergence(exc, self) from None
+        # What the step-size rule measured (lambda_max, the noise eigenvalue, the predicted
+        # noise error), as the sampler resolved it.
+        info = {} if context is None or context.step is None else dict(context.step[1])
+        info.update(gradient=geometry.gradient, preconditioner=geometry.preconditioner)
         results, summary, blocks, interrupted = runs.results, runs.summary, runs.blocks, runs.interrupted
         if interrupted is not None and interrupted["n_draws"] == 0 and not (resume and not streaming):
             # Still in burn-in (or before the first kept draw): nothing to be fitted on,
@@ -481,7 +487,7 @@ class BaseSGBayes(BaseEstimator):
             raise interrupted["exception"]
         return self
 
-    def _run(self, sampler, chain_model, starts, first, burn_in, max_draws, batch_size, step_size, fit_round,
+    def _run(self, sampler, chain_model, starts, first, burn_in, max_draws, batch_size, context, fit_round,
              control_variate, row_probabilities=None, progress=None):
         """Run the chains for the ``first`` schedule, and with ``n_iter="auto"`` in further
         blocks until they converge (``burn_in`` None: a continued chain, which runs until its
@@ -498,7 +504,7 @@ class BaseSGBayes(BaseEstimator):
         t0 = 0 if progress is None else progress[0]["t"]
         seeds = self._seeds(fit_round) if progress is None else [None] * len(starts)
         runners = start_chains(sampler, chain_model, list(starts), t0 + first.n_iter, first.n_burn, self.thin,
-                               max_draws, batch_size, self.batch_scheme, seeds, step_size, control_variate,
+                               max_draws, batch_size, self.batch_scheme, seeds, context, control_variate,
                                row_probabilities, progress)
         # A continued chain's grid may be coarser than the first block's (max_draws over the
         # whole record); the blocks count from the continuation's start.

@@ -1,14 +1,19 @@
 """Samplers: one Markov transition of one chain each, one module per algorithm.
 
-Every sampler is a small scikit-learn ``BaseEstimator`` holding hyperparameters only,
-with ``init_state(theta0, target, rng, step_size)`` and ``step(state, target, rng)``.
+Every sampler is a small scikit-learn ``BaseEstimator`` holding hyperparameters only, with
+``init_state(theta0, grad_estimator, rng, context)``, which resolves the step size from the
+fit's :class:`FitContext` and returns the algorithm's typed state, and
+``step(state, grad_estimator, rng)``, which returns ``(state, info)``, ``info`` a
+``NamedTuple`` of the iteration's statistics (the sampler's ``info_type``).
 Estimators accept an instance or its lower-case class name (``sampler="sgnht"``).
 """
 
 from sklearn.base import clone
 
 from ._base import BaseSampler
-from ._state import SamplerState
+from ._state import (CCAdLState, GadState, MCCAdLState, MetropolisInfo, MomentumInfo, MomentumState, NoInfo,
+                     SamplerState, SGHMCState, ThermostatInfo, ThermostatState)
+from ._step_size import FitContext
 from .ccadl import CCAdL
 from .gadmala import GadMALA, GadRWM
 from .mccadl import MCCAdL
@@ -17,7 +22,9 @@ from .sghmc import SGHMC
 from .sgld import SGLD
 from .sgnht import SGNHT
 
-__all__ = ["BaseSampler", "SamplerState", "SGLD", "SGHMC", "SGNHT", "CCAdL", "MCCAdL", "GadMALA", "GadRWM",
+__all__ = ["BaseSampler", "FitContext", "SamplerState", "MomentumState", "SGHMCState", "ThermostatState",
+           "CCAdLState", "MCCAdLState", "GadState", "NoInfo", "MomentumInfo", "ThermostatInfo", "MetropolisInfo",
+           "SGLD", "SGHMC", "SGNHT", "CCAdL", "MCCAdL", "GadMALA", "GadRWM",
            "MLSGLD", "get_sampler", "register", "SAMPLERS"]
 
 #: Sampler classes by the name an estimator's ``sampler`` parameter accepts.

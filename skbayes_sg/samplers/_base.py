@@ -6,7 +6,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from ..preconditioning import PRECONDITIONERS
-from ._state import SamplerState
+from ._state import MomentumState, NoInfo, SamplerState, ThermostatInfo, ThermostatState
 from ._step_size import largest_curvature
 
 
@@ -22,17 +22,21 @@ class BaseSampler(BaseEstimator):
 
     Being a scikit-learn ``BaseEstimator`` gives ``get_params`` / ``set_params`` and
     ``clone``, so ``GridSearchCV`` can tune ``sampler__step_size``. A sampler never
-    touches the data: it sees a *target* (:class:`skbayes_sg.minibatch.MinibatchGradient`)
-    that returns noisy forces, per-example gradients and, for the exact samplers, the
-    full-data log posterior.
+    touches the data: it sees a *gradient estimator*
+    (:class:`skbayes_sg.minibatch.MinibatchGradient`) that returns noisy forces,
+    per-example gradients and, for the exact samplers, the full-data log posterior.
 
-    Subclasses implement :meth:`init_state` and :meth:`step` and may set
+    Subclasses implement :meth:`init_state`, which returns the algorithm's own typed state
+    (a :class:`~._state.SamplerState` subclass), and :meth:`step`, which returns
+    ``(state, info)`` with ``info`` an instance of the class attribute ``info_type``, a
+    ``NamedTuple`` of the iteration's statistics; they may set
 
     - ``_step_size_order``: 1 if the stable ``h`` scales as ``1 / lambda_max`` (SGLD),
       2 if as ``1 / sqrt(lambda_max)`` (momentum methods);
     - ``_auto_step_constant``: the ``c`` of ``step_size="auto"``;
     - ``_noise_tolerance``: the gradient-noise error the auto step allows;
-    - ``_stat_names``: per-draw statistics recorded by :meth:`sample_stats`;
+    - ``info_type``: the ``NamedTuple`` class of :meth:`step`'s ``info``, whose fields the
+      chain driver records at every kept draw (the estimators' ``sample_stats_``);
     - ``requires_full_data``: True for Metropolis-adjusted samplers.
     """
 
@@ -42,7 +46,7 @@ class BaseSampler(BaseEstimator):
     _noise_tolerance = 0.05
     #: True for the schemes whose friction is an Euler step (SGHMC, SGNHT, CCAdL).
     _euler_friction = False
-    _stat_names = ()
+    info_type = NoInfo
     requires_full_data = False
 
     # -- hyperparameters ------------------------------------------------------------
@@ -150,13 +154,42 @@ class BaseSampler(BaseEstimator):
             info["predicted_noise_error"] = self.predicted_noise_error(h, sigma_max)
         return h, info
 
-    # -- transition ---------------------------------------------------------------------
-    def init_state(self, theta0, target, rng, step_size):
-        """Initial state of a chain started at ``theta0`` with step size ``step_size``."""
-        return SamplerState(theta=np.array(theta0, dtype=float), step_size=float(step_size))
+    def step_size_for(self, context, theta0=None):
+        """The step size ``h`` of a fit: resolved from ``context`` (a
+        :class:`~._step_size.FitContext`) the first time, then the same for every chain.
 
-    def step(self, state, target, rng):
-        """Advance ``state`` by one iteration (may update its arrays in place)."""
+        ``resolve_step_size(context.model, context.curvature_at or theta0, context.sigma_max,
+        context.lambda_max, context.scale)``, kept in ``context.step``. Without a context, the
+        explicit ``step_size`` (``"auto"`` then raises: it needs the posterior's curvature).
+        """
+        if context is None:
+            if isinstance(self.step_size, str):
+                raise ValueError(f"{type(self).__name__}(step_size={self.step_size!r}) resolves its step size from "
+                                 "the posterior: pass context=FitContext(model) to init_state, or give an explicit "
+                                 "step_size.")
+            return float(self.step_size)
+        if context.step is None:
+            at = context.curvature_at if context.curvature_at is not None else theta0
+            context.step = self.resolve_step_size(context.model, at, context.sigma_max,
+                                                  lambda_max=context.lambda_max, scale=context.scale)
+        return context.step[0]
+
+    # -- transition ---------------------------------------------------------------------
+    def init_state(self, theta0, grad_estimator, rng, context=None):
+        """Initial state of a chain started at ``theta0``, with the step size the sampler
+        resolves from ``context`` (:meth:`step_size_for`)."""
+        return SamplerState(theta=np.array(theta0, dtype=float), step_size=self.step_size_for(context, theta0))
+
+    def step(self, state, grad_estimator, rng):
+        """Advance ``state`` by one iteration (may update its arrays in place).
+
+        Returns
+        -------
+        state : SamplerState
+            The new state (the same object, updated, for the samplers of this package).
+        info : info_type
+            The iteration's statistics.
+        """
         raise NotImplementedError
 
     #: Burn-in iterations the sampler needs to adapt; the first block of the estimators'
@@ -170,14 +203,6 @@ class BaseSampler(BaseEstimator):
         adaptive samplers (gadMALA, gadRWM) override it.
         """
 
-    def sample_stats(self, state):
-        """Per-draw statistics, a tuple aligned with ``_stat_names``."""
-        return ()
-
-    def chain_summary(self, state):
-        """Chain-level diagnostics after the run (counters kept in ``state.extra``)."""
-        return {}
-
 
 class MomentumSampler(BaseSampler):
     """Base of the second-order samplers: a momentum ``p`` with mass ``M = I``.
@@ -186,10 +211,13 @@ class MomentumSampler(BaseSampler):
     spent heating or cooling it.
     """
 
-    def init_state(self, theta0, target, rng, step_size):
-        state = super().init_state(theta0, target, rng, step_size)
-        state.p = np.sqrt(self.temperature) * rng.standard_normal(state.theta.shape)
-        return state
+    #: The state class :meth:`init_state` builds.
+    state_type = MomentumState
+
+    def init_state(self, theta0, grad_estimator, rng, context=None):
+        theta = np.array(theta0, dtype=float)
+        h = self.step_size_for(context, theta)
+        return self.state_type(theta=theta, step_size=h, p=np.sqrt(self.temperature) * rng.standard_normal(theta.shape))
 
 
 class ThermostatSampler(MomentumSampler):
@@ -200,12 +228,13 @@ class ThermostatSampler(MomentumSampler):
     parameters, as both papers use.
     """
 
-    _stat_names = ("xi", "kinetic_temperature")
+    state_type = ThermostatState
+    info_type = ThermostatInfo
 
     def _mu(self, n_params):
         return float(n_params) if self.thermal_mass is None else float(self.thermal_mass)
 
-    def init_state(self, theta0, target, rng, step_size):
-        state = super().init_state(theta0, target, rng, step_size)
+    def init_state(self, theta0, grad_estimator, rng, context=None):
+        state = super().init_state(theta0, grad_estimator, rng, context)
         state.xi = float(self.friction)
         return state

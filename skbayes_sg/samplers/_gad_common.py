@@ -30,7 +30,7 @@ from scipy.optimize import brentq
 from .. import preconditioning
 from ..preconditioning import curvature_factor, resolve_preconditioner
 from ._base import BaseSampler
-from ._state import SamplerState
+from ._state import GadState, MetropolisInfo
 from ._step_size import largest_curvature
 
 #: Decay of RMSprop's running mean of squared gradients (section 2.1: G_t = 0.9 G_{t-1} + 0.1 g^2).
@@ -168,8 +168,8 @@ class GadSampler(BaseSampler):
     the start with ``init_scale="map"`` (dense up to
     :data:`~skbayes_sg.preconditioning.MAX_DENSE_PARAMS` parameters with
     ``cholesky="full"``, its diagonal ``H_jj^(-1/2)`` beyond and with ``cholesky="diag"``),
-    the identity otherwise. ``M`` is what the RMSprop ascent adapts, in ``extra["L"]``;
-    ``extra["L0"]`` holds ``L0`` (None for the identity). Adapting ``M`` is adapting ``L``
+    the identity otherwise. ``M`` is what the RMSprop ascent adapts, in the state's ``L``;
+    its ``L0`` holds ``L0`` (None for the identity). Adapting ``M`` is adapting ``L``
     in the coordinates ``z = L0^-1 theta``: the data term of the gradient becomes
     ``[(L0' a) b']_lower`` and the entropy's ``beta diag(1 / M_ii)`` (``log|L| = log|L0| +
     log|M|``). :meth:`end_adaptation` multiplies the two once, so that the frozen kernel
@@ -177,7 +177,8 @@ class GadSampler(BaseSampler):
     """
 
     requires_full_data = True
-    _stat_names = ("accepted", "accept_prob")
+    state_type = GadState
+    info_type = MetropolisInfo
     #: Iterations of adaptation the estimators' ``n_iter="auto"`` gives (its first block
     #: is long enough that its burn-in covers them) when the chains start elsewhere than at
     #: draws of the Laplace approximation (``init="zeros"``, a given start, or a proposal
@@ -299,50 +300,39 @@ class GadSampler(BaseSampler):
         self._fixed_factor = self.initial_factor(np.size(theta), model, np.asarray(theta, dtype=float))
         return self._fixed_factor
 
-    def init_state(self, theta0, target, rng, step_size=None):
+    def init_state(self, theta0, grad_estimator, rng, context=None):
         """State at ``theta0``: ``L = L0 M`` with ``M = m0 I`` (:meth:`initial_factor`), ``beta = 1``.
 
         ``L0`` and ``m0`` are those of :meth:`fix_initial_factor` when it was called, else
-        taken at ``theta0``. Evaluates the full-data log posterior and its gradient at
-        ``theta0`` once; both are cached in the state and refreshed only when a proposal is
-        accepted.
+        taken at ``theta0`` from the curvature of ``context.model`` (a
+        :class:`~._step_size.FitContext`; needed unless ``init_scale`` is None or a number).
+        Evaluates the full-data log posterior and its gradient at ``theta0`` once; both are
+        cached in the state and refreshed only when a proposal is accepted.
         """
         theta = np.array(theta0, dtype=float)
         n = theta.size
         fixed = getattr(self, "_fixed_factor", None)
-        L0, scale = fixed if fixed is not None else self.initial_factor(n, target.model, theta)
+        if fixed is None:
+            model = None if context is None else context.model
+            if model is None and isinstance(self.init_scale, str):
+                raise ValueError(f"{type(self).__name__}(init_scale={self.init_scale!r}).init_state needs the "
+                                 "posterior's curvature: pass context=FitContext(model) or call "
+                                 "fix_initial_factor(model, theta) first.")
+            fixed = self.initial_factor(n, model, theta)
+        L0, scale = fixed
         full = self.cholesky == "full"
         L = scale * np.eye(n) if full else np.full(n, scale)
-        log_p, grad = target.log_posterior_and_grad(theta)
+        log_p, grad = grad_estimator.log_posterior_and_grad(theta)
         grad = np.array(grad, dtype=float)
-        extra = {
-            "L": L,
-            "L0": L0,
-            "beta": 1.0,
-            "G": np.zeros_like(L),
-            "n_rms": 0,
-            "diag_floor": _DIAG_FLOOR_FRACTION * scale,
-            "log_p": float(log_p),
-            "grad": grad,
+        state = GadState(
+            theta=theta, L=L, L0=L0, beta=1.0, G=np.zeros_like(L), n_rms=0,
+            diag_floor=_DIAG_FLOOR_FRACTION * scale, log_p=float(log_p), grad=grad,
             # The gradient in the coordinates M acts in, L0' grad log pi(x).
-            "w": factor_tmul(L0, grad),
-            "adapting": True,
-            "accepted": 0.0,
-            "log_accept_ratio": -math.inf,
+            w=factor_tmul(L0, grad), adapting=True,
             # Randomness of the next iterations, drawn by blocks (_noise); empty until the first.
-            "noise": np.empty((0, n)),
-            "noise_i": 0,
-            "n_adapt_steps": 0,
-            "n_adapt_accepted": 0,
-            "n_steps": 0,
-            "n_accepted": 0,
-        }
-        # Work arrays of the adaptation, allocated once per chain.
-        extra["buf"] = np.empty_like(L)
-        extra["tmp"] = np.empty_like(L)
-        if full:
-            extra["tril"] = np.tri(n)
-        state = SamplerState(theta=theta, step_size=float("nan"), extra=extra)
+            noise=np.empty((0, n)), noise_i=0,
+            # Work arrays of the adaptation, allocated once per chain.
+            buf=np.empty_like(L), tmp=np.empty_like(L), tril=np.tri(n) if full else None)
         self._refresh_cache(state)
         return state
 
@@ -356,14 +346,12 @@ class GadSampler(BaseSampler):
         start of a ``warm_start`` continuation, where it changes nothing). ``L = L0 M`` is
         formed once (one triangular matrix product) and the RMSprop buffers are dropped.
         """
-        extra = state.extra
-        if extra["adapting"]:
-            extra["adapting"] = False
-            extra["L"] = compose(extra["L0"], extra["L"])
-            extra["L0"] = None
-            extra["w"] = extra["grad"]
-            for key in ("G", "buf", "tmp", "tril"):
-                extra.pop(key, None)
+        if state.adapting:
+            state.adapting = False
+            state.L = compose(state.L0, state.L)
+            state.L0 = None
+            state.w = state.grad
+            state.G = state.buf = state.tmp = state.tril = None
             self._refresh_cache(state)
         return state
 
@@ -377,13 +365,12 @@ class GadSampler(BaseSampler):
         is then needed. The diagonal is kept above a floor so that ``L`` stays a Cholesky
         factor.
         """
-        extra = state.extra
-        L, G = extra["L"], extra["G"]
+        L, G = state.L, state.G
         eta = self.learning_rate
-        first = extra["n_rms"] == 0
-        extra["n_rms"] += 1
+        first = state.n_rms == 0
+        state.n_rms += 1
         if L.ndim == 1 or not diag_only:
-            tmp = extra["tmp"]
+            tmp = state.tmp
             np.square(grad_L, out=tmp)
             if first:
                 G[...] = tmp
@@ -409,7 +396,7 @@ class GadSampler(BaseSampler):
                 G *= _RMS_DECAY
                 Gd += (1.0 - _RMS_DECAY) * g2
             Ld += eta * grad_L / (1.0 + np.sqrt(Gd))
-        np.maximum(Ld, extra["diag_floor"], out=Ld)
+        np.maximum(Ld, state.diag_floor, out=Ld)
 
     def _adapt(self, state, a, b):
         """Ascend ``F_L`` along its one-sample gradient ``[a b']_lower + beta diag(1 / L_ii)``.
@@ -426,36 +413,34 @@ class GadSampler(BaseSampler):
         lower triangle is ``[(L0' a) b']_lower`` because ``L0`` is lower triangular; and
         ``log|L| = log|L0| + sum log M_ii`` gives the entropy term ``beta diag(1 / M_ii)``.
         """
-        extra = state.extra
-        L = extra["L"]
+        L = state.L
         entropy = self._entropy_gradient(state)
         if a is None:
             self._ascend(state, entropy, diag_only=True)
             return
-        buf = extra["buf"]
+        buf = state.buf
         if L.ndim == 1:
             np.multiply(a, b, out=buf)
             buf += entropy
         else:
             np.multiply.outer(a, b, out=buf)
-            buf *= extra["tril"]
+            buf *= state.tril
             buf.reshape(-1)[:: L.shape[0] + 1] += entropy
         self._ascend(state, buf, diag_only=False)
 
     def _entropy_gradient(self, state):
         """``beta * diag(1 / L_11, ..., 1 / L_PP)``: gradient of ``beta log|L|`` (eq. 7), as (P,)."""
-        L = state.extra["L"]
+        L = state.L
         Ld = L if L.ndim == 1 else L.diagonal()
-        return state.extra["beta"] / Ld
+        return state.beta / Ld
 
     def _update_beta(self, state, accepted):
         """``beta <- beta (1 + rho_beta (alpha_t - alpha*))`` (Algorithm 1), kept in [1e-4, 1e100]."""
-        extra = state.extra
-        beta = extra["beta"] * (1.0 + self.beta_rate * (accepted - self.target_accept))
-        extra["beta"] = min(max(beta, _BETA_FLOOR), _BETA_CEIL)
+        beta = state.beta * (1.0 + self.beta_rate * (accepted - self.target_accept))
+        state.beta = min(max(beta, _BETA_FLOOR), _BETA_CEIL)
 
     # -- randomness -------------------------------------------------------------------
-    def _noise(self, extra, rng):
+    def _noise(self, state, rng):
         """``(epsilon, |epsilon|^2, log u)`` of this iteration: ``epsilon ~ N(0, I)``, ``u ~ U(0, 1)``.
 
         Drawn by blocks of iterations (``_NOISE_ROWS``), kept in the state: the draws are
@@ -464,60 +449,29 @@ class GadSampler(BaseSampler):
         continued fit). Accepting when ``log u < log r`` is accepting with probability
         ``min(1, r)``; a NaN ratio rejects.
         """
-        i = extra["noise_i"]
-        E = extra["noise"]
+        i = state.noise_i
+        E = state.noise
         if i == E.shape[0]:
             P = E.shape[1]
             rows = max(1, min(_NOISE_ROWS, _NOISE_FLOATS // max(P, 1)))
-            E = extra["noise"] = rng.standard_normal((rows, P))
-            extra["noise_sq"] = np.einsum("ij,ij->i", E, E)
+            E = state.noise = rng.standard_normal((rows, P))
+            state.noise_sq = np.einsum("ij,ij->i", E, E)
             with np.errstate(divide="ignore"):
-                extra["noise_log_u"] = np.log(rng.random(rows))
+                state.noise_log_u = np.log(rng.random(rows))
             i = 0
-        extra["noise_i"] = i + 1
-        return E[i], extra["noise_sq"][i], extra["noise_log_u"][i]
+        state.noise_i = i + 1
+        return E[i], state.noise_sq[i], state.noise_log_u[i]
 
     # -- bookkeeping ----------------------------------------------------------------------
-    def _record(self, state, log_ratio, accepted):
-        extra = state.extra
-        extra["accepted"] = 1.0 if accepted else 0.0
-        extra["log_accept_ratio"] = log_ratio
-        if extra["adapting"]:
-            extra["n_adapt_steps"] += 1
-            extra["n_adapt_accepted"] += accepted
+    @staticmethod
+    def _record(state, log_ratio, accepted):
+        """Count the proposal; return the iteration's :class:`~._state.MetropolisInfo`:
+        ``accepted`` (1 or 0) and ``accept_prob`` (``min(1, MH ratio)``, 0 for a NaN ratio)."""
+        if state.adapting:
+            state.n_adapt_steps += 1
+            state.n_adapt_accepted += accepted
         else:
-            extra["n_steps"] += 1
-            extra["n_accepted"] += accepted
-
-    def sample_stats(self, state):
-        """``accepted`` (1 or 0) and ``accept_prob`` (``min(1, MH ratio)``) of the latest step."""
-        extra = state.extra
-        r = extra["log_accept_ratio"]
-        # Formed here, for the stored draws only, not in every iteration.
-        return extra["accepted"], (1.0 if r >= 0.0 else math.exp(r) if r == r else 0.0)
-
-    def chain_summary(self, state):
-        """Acceptance rates, the final ``beta`` and the learned ``L`` of one chain.
-
-        Returns
-        -------
-        dict
-            ``acceptance_rate``: fraction of accepted proposals after adaptation (NaN if
-            none ran); ``adapt_acceptance_rate``: the same during adaptation; ``n_accepted``
-            and ``n_adapt_steps`` (ints, iterations that adapted); ``entropy_weight``: the final ``beta``; ``proposal_cholesky`` (P, P), the
-            learned lower-triangular ``L`` with ``cholesky="full"``, or ``proposal_scale``
-            (P,), the learned diagonal, with ``cholesky="diag"``.
-        """
-        extra = state.extra
-        n, na = extra["n_steps"], extra["n_adapt_steps"]
-        L = compose(extra.get("L0"), extra["L"])
-        out = {
-            "acceptance_rate": extra["n_accepted"] / n if n else float("nan"),
-            "adapt_acceptance_rate": extra["n_adapt_accepted"] / na if na else float("nan"),
-            "n_accepted": int(extra["n_accepted"]),
-            "n_adapt_steps": int(na),
-            "entropy_weight": float(extra["beta"]),
-        }
-        out["proposal_cholesky" if L.ndim == 2 else "proposal_scale"] = np.array(L)
-        return out
-
+            state.n_steps += 1
+            state.n_accepted += accepted
+        return MetropolisInfo(1.0 if accepted else 0.0,
+                              1.0 if log_ratio >= 0.0 else math.exp(log_ratio) if log_ratio == log_ratio else 0.0)

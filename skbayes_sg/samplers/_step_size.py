@@ -27,8 +27,47 @@ is typical rather than zero). The noise-controlling samplers (CCAdL, mCCAdL) can
 ``Sigma`` with their C step and take a larger tolerance.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+
+
+@dataclass
+class FitContext:
+    """What a fit measured once for all its chains, for the samplers' :meth:`init_state`.
+
+    The estimator builds one per fit; each chain's ``init_state(theta0, grad_estimator,
+    rng, context)`` passes it to :meth:`~._base.BaseSampler.step_size_for`, which resolves
+    the sampler's step size from it (the explicit ``step_size``, or the ``"auto"`` rule of
+    :meth:`~._base.BaseSampler.resolve_step_size`) the first time and keeps the result in
+    :attr:`step`, so every chain of the fit gets the same ``h``.
+
+    Attributes
+    ----------
+    model : Model or None
+        The posterior the chains sample (in their coordinates): its curvature sets the
+        ``"auto"`` step (and the adaptive samplers' initial proposal).
+    curvature_at : ndarray of shape (P,) or None
+        Where the curvature is measured when ``lambda_max`` is not given (None: the first
+        chain's start).
+    lambda_max : float or None
+        The curvature when already known (1 in coordinates whitened at the MAP).
+    sigma_max : float or None
+        Largest eigenvalue of the chains' gradient-noise covariance (None: full data).
+    scale : float, default=1.0
+        Multiplier of the curvature step's constant (an estimator's ``_auto_step_scale``).
+    step : tuple (float, dict) or None
+        ``(h, info)`` once resolved, ``info`` as :meth:`~._base.BaseSampler.resolve_step_size`
+        returns it (the estimators report both in ``diagnostics_``).
+    """
+
+    model: object = None
+    curvature_at: np.ndarray = None
+    lambda_max: float = None
+    sigma_max: float = None
+    scale: float = 1.0
+    step: tuple = None
 
 
 def largest_curvature(model, theta, tol=1e-3, maxiter=None):

@@ -3,6 +3,7 @@
 import numpy as np
 
 from ._base import ThermostatSampler
+from ._state import CCAdLState, ThermostatInfo
 from ._substeps import drift, kick, ou_euler, thermostat
 
 #: Largest number of parameters for ``covariance="full"``, which keeps a P x P moving
@@ -71,6 +72,7 @@ class CCAdL(ThermostatSampler):
 
     _euler_friction = True
     _auto_step_constant = 0.05
+    state_type = CCAdLState
     # The covariance correction cancels most of the noise (see MCCAdL).
     _noise_tolerance = 0.15
     #: Estimates and cancels the minibatch noise covariance (a warning never advises
@@ -102,42 +104,40 @@ class CCAdL(ThermostatSampler):
             )
         return self.covariance
 
-    def init_state(self, theta0, target, rng, step_size):
-        state = super().init_state(theta0, target, rng, step_size)
+    def init_state(self, theta0, grad_estimator, rng, context=None):
+        state = super().init_state(theta0, grad_estimator, rng, context)
         P = state.theta.size
         kind = self._resolved_covariance(P)
-        state.extra["covariance"] = kind
-        state.extra["I_hat"] = np.zeros((P, P)) if kind == "full" else np.zeros(P)
-        state.extra["t"] = 0
+        state.covariance = kind
+        state.I_hat = np.zeros((P, P)) if kind == "full" else np.zeros(P)
+        state.t = 0
         return state
 
-    def step(self, state, target, rng):
+    def step(self, state, grad_estimator, rng):
         h, A, T = state.step_size, self.friction, self.temperature
         theta, p = state.theta, state.p
         drift(theta, p, h)
-        force, grads = target.gradient(theta, rng)
+        force, grads = grad_estimator.gradient(theta, rng)
         correction = None
-        if target.noise_scale > 0.0:
+        if grad_estimator.noise_scale > 0.0:
             I_hat = _update_moving_average(state, grads)
             # -h (h/2) beta Sigma_t p_{t-1}, with p_{t-1} taken before the other updates.
             correction = I_hat @ p if I_hat.ndim == 2 else I_hat * p
-            correction *= h * (0.5 * h / T) * target.noise_scale
+            correction *= h * (0.5 * h / T) * grad_estimator.noise_scale
         ou_euler(p, state.xi, A * T, h, rng)
         kick(p, force, h)
         if correction is not None:
             p -= correction
-        state.xi = thermostat(state.xi, p, h, self._mu(p.size), T)
-        return state
-
-    def sample_stats(self, state):
-        return (state.xi, float(state.p @ state.p) / state.p.size)
+        pp = float(p @ p)
+        state.xi = thermostat(state.xi, p, h, self._mu(p.size), T, pp)
+        return state, ThermostatInfo(state.xi, pp / p.size)
 
 
 def _update_moving_average(state, grads):
     """``I^_t = I^_{t-1} + (V(theta_t) - I^_{t-1}) / t`` (eq. 18 with ``kappa_t = 1/t``)."""
-    state.extra["t"] += 1
-    kappa = 1.0 / state.extra["t"]
-    I_hat = state.extra["I_hat"]
+    state.t += 1
+    kappa = 1.0 / state.t
+    I_hat = state.I_hat
     V = _empirical_covariance(grads) if I_hat.ndim == 2 else grads.covariance_diag()
     I_hat *= 1.0 - kappa
     I_hat += kappa * V

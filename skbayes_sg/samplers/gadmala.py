@@ -172,59 +172,56 @@ class GadMALA(GadSampler):
         transpose is kept contiguous, so that each iteration's ``(1/2) L' grad log pi(y)`` is
         one matrix-vector product.
         """
-        extra = state.extra
-        L = extra["L"]
-        if extra["adapting"]:
-            extra["half_Lt_grad"] = 0.5 * factor_tmul(L, extra["w"])
+        L = state.L
+        if state.adapting:
+            state.half_Lt_grad = 0.5 * factor_tmul(L, state.w)
         else:
-            half_Lt = extra["half_Lt"] = np.ascontiguousarray(0.5 * L.T) if L.ndim == 2 else 0.5 * L
-            extra["half_Lt_grad"] = factor_mul(half_Lt, extra["grad"])
+            half_Lt = state.half_Lt = np.ascontiguousarray(0.5 * L.T) if L.ndim == 2 else 0.5 * L
+            state.half_Lt_grad = factor_mul(half_Lt, state.grad)
 
-    def step(self, state, target, rng):
+    def step(self, state, grad_estimator, rng):
         """One gadMALA iteration: propose, adapt ``L`` (burn-in), accept or reject, adapt ``beta``."""
-        extra = state.extra
-        if extra["adapting"]:
-            return self._adapting_step(state, target, rng)
+        if state.adapting:
+            return self._adapting_step(state, grad_estimator, rng)
         # The frozen kernel, most of a fit's iterations: one gradient, two products with L
         # and as few other array operations as the M-H ratio needs (on small problems each
         # costs about a tenth of the gradient). With u = h_x + epsilon, y = x + L u and
         # d = h_y + u = (1/2) L' (g_x + g_y) + epsilon.
-        eps, eps_sq, log_u = self._noise(extra, rng)
-        L = extra["L"]
-        u = extra["half_Lt_grad"] + eps
+        eps, eps_sq, log_u = self._noise(state, rng)
+        L = state.L
+        u = state.half_Lt_grad + eps
         y = L @ u if L.ndim == 2 else L * u
         y += state.theta
-        log_p_y, g_y = target.log_posterior_and_grad(y)
-        h_y = extra["half_Lt"] @ g_y if L.ndim == 2 else extra["half_Lt"] * g_y
+        log_p_y, g_y = grad_estimator.log_posterior_and_grad(y)
+        h_y = state.half_Lt @ g_y if L.ndim == 2 else state.half_Lt * g_y
         d = h_y + u
-        log_ratio = log_p_y - extra["log_p"] - 0.5 * (d @ d - eps_sq)
+        log_ratio = log_p_y - state.log_p - 0.5 * (d @ d - eps_sq)
         accepted = bool(log_u < log_ratio)
-        self._record(state, log_ratio, accepted)
+        info = self._record(state, log_ratio, accepted)
         if accepted:
             state.theta = y
-            extra["log_p"] = log_p_y
-            extra["grad"] = extra["w"] = g_y
-            extra["half_Lt_grad"] = h_y
-        return state
+            state.log_p = log_p_y
+            state.grad = state.w = g_y
+            state.half_Lt_grad = h_y
+        return state, info
 
-    def _adapting_step(self, state, target, rng):
+    def _adapting_step(self, state, grad_estimator, rng):
         """A burn-in iteration: as :meth:`step`, with the RMSprop step on ``L`` (``M``) and
         the ``beta`` update of Algorithm 1, and ``L = L0 M`` applied as two factors."""
-        extra = state.extra
-        M, L0 = extra["L"], extra["L0"]
-        w_x = extra["w"]
-        eps, eps_sq, log_u = self._noise(extra, rng)
-        u = extra["half_Lt_grad"] + eps
+        M, L0 = state.L, state.L0
+        w_x = state.w
+        eps, eps_sq, log_u = self._noise(state, rng)
+        u = state.half_Lt_grad + eps
         y = state.theta + factor_mul(L0, factor_mul(M, u))
-        log_p_y, g_y = target.log_posterior_and_grad(y)
+        log_p_y, g_y = grad_estimator.log_posterior_and_grad(y)
         # While adapting with a base factor, L = L0 M is never formed (O(P^3) per change of
         # M): L' g = M' (L0' g), two triangular products, and L0' g is what the adaptation uses.
         w_y = factor_tmul(L0, g_y)
         h_y = 0.5 * factor_tmul(M, w_y)
         d = h_y + u
-        log_ratio = log_p_y - extra["log_p"] - 0.5 * (d @ d - eps_sq)
+        log_ratio = log_p_y - state.log_p - 0.5 * (d @ d - eps_sq)
         accepted = bool(log_u < log_ratio)
-        self._record(state, log_ratio, accepted)
+        info = self._record(state, log_ratio, accepted)
         if -math.inf < log_ratio < 0.0:
             # b = u - L'g_y / 2 = L'(g_x - g_y) / 2 + epsilon, reusing both cached products;
             # a = -(g_x - g_y) / 2 in M's coordinates, L0' a.
@@ -235,12 +232,12 @@ class GadMALA(GadSampler):
         self._update_beta(state, accepted)
         if accepted:
             state.theta = y
-            extra["log_p"] = log_p_y
-            extra["grad"] = g_y
-            extra["w"] = w_y
+            state.log_p = log_p_y
+            state.grad = g_y
+            state.w = w_y
         # L has moved: the cached L' grad log pi(x) is stale whether or not y was taken.
         self._refresh_cache(state)
-        return state
+        return state, info
 
 
 class GadRWM(GadSampler):
@@ -313,17 +310,16 @@ class GadRWM(GadSampler):
         grows, acceptance 0.234 (Roberts, Gelman & Gilks 1997)."""
         return 2.38 / math.sqrt(n_params)
 
-    def step(self, state, target, rng):
+    def step(self, state, grad_estimator, rng):
         """One gadRWM iteration: propose, adapt ``L`` (burn-in), accept or reject, adapt ``beta``."""
-        extra = state.extra
-        L, L0 = extra["L"], extra["L0"]
-        eps, _, log_u = self._noise(extra, rng)
+        L, L0 = state.L, state.L0
+        eps, _, log_u = self._noise(state, rng)
         y = state.theta + factor_mul(L0, factor_mul(L, eps))
-        log_p_y, g_y = target.log_posterior_and_grad(y)
-        log_ratio = log_p_y - extra["log_p"]
+        log_p_y, g_y = grad_estimator.log_posterior_and_grad(y)
+        log_ratio = log_p_y - state.log_p
         accepted = bool(log_u < log_ratio)
-        adapting = extra["adapting"]
-        self._record(state, log_ratio, accepted)
+        adapting = state.adapting
+        info = self._record(state, log_ratio, accepted)
         if adapting:
             if -math.inf < log_ratio < 0.0 and np.isfinite(g_y).all():
                 # a = grad log pi(y) in M's coordinates, L0' grad log pi(y).
@@ -333,6 +329,6 @@ class GadRWM(GadSampler):
             self._update_beta(state, accepted)
         if accepted:
             state.theta = y
-            extra["log_p"] = log_p_y
-            extra["grad"] = g_y
-        return state
+            state.log_p = log_p_y
+            state.grad = g_y
+        return state, info

@@ -6,6 +6,7 @@ import numpy as np
 
 from ._base import ThermostatSampler
 from ._expmv import DEFAULT_TOL, NoiseCovariance, c_step
+from ._state import MCCAdLState, ThermostatInfo
 from ._substeps import drift, kick, ou_exact, thermostat
 
 #: Where the C step's ``Sigma`` comes from (see :class:`MCCAdL`, Notes).
@@ -154,6 +155,7 @@ class MCCAdL(ThermostatSampler):
     """
 
     _auto_step_constant = 0.2
+    state_type = MCCAdLState
     # The C step cancels the noise it is given; what is left is the error of Sigma's
     # minibatch estimate, so the auto step allows three times the uncontrolled samplers'
     # predicted noise error (on a9a, whitened with control variates: h = 0.2 gives sds
@@ -191,114 +193,101 @@ class MCCAdL(ThermostatSampler):
             raise ValueError(f"MCCAdL: sigma_refresh must be 'auto' or an integer >= 1 (iterations between fresh "
                              f"Sigma minibatches; 1 draws one every iteration); got {k!r}.")
 
-    def _refresh_period(self, target):
-        """``sigma_refresh`` resolved for ``target`` (see the parameter)."""
+    def _refresh_period(self, grad_estimator):
+        """``sigma_refresh`` resolved for ``grad_estimator`` (see the parameter)."""
         if isinstance(self.sigma_refresh, str):
-            return 1 if getattr(target, "position_dependent_noise", True) else AUTO_SIGMA_REFRESH
+            return 1 if getattr(grad_estimator, "position_dependent_noise", True) else AUTO_SIGMA_REFRESH
         return int(self.sigma_refresh)
 
-    def init_state(self, theta0, target, rng, step_size):
-        state = super().init_state(theta0, target, rng, step_size)
-        state.force, state.grads = target.gradient(state.theta, rng)
+    def init_state(self, theta0, grad_estimator, rng, context=None):
+        state = super().init_state(theta0, grad_estimator, rng, context)
+        state.force, state.grads = grad_estimator.gradient(state.theta, rng)
         # Warm start of the power iteration that estimates lambda_max(Sigma) when the
         # trace bound is too loose (see _expmv.c_step); zeros mean "not started".
-        state.extra["sigma_eigvec"] = np.zeros_like(state.theta)
-        state.extra["sigma_norm_cache"] = {}
-        state.extra["c_products"] = 0
-        state.extra["n_steps"] = 0
+        state.sigma_eigvec = np.zeros_like(state.theta)
+        state.sigma_norm_cache = {}
         if self.sigma_estimate == "lagged":
-            state.extra["grads_prev"] = state.grads
+            state.grads_prev = state.grads
         return state
 
-    def _sigma_gradients(self, state, target, theta, rng, scale):
+    def _sigma_gradients(self, state, grad_estimator, theta, rng, scale):
         """Per-example gradients whose covariance is the C step's ``Sigma`` (see Notes).
 
         ``"independent"``: a :class:`~._expmv.NoiseCovariance` of a fresh minibatch at
         ``theta``, kept for ``sigma_refresh`` iterations (its mean and trace computed once).
         """
         if self.sigma_estimate == "independent":
-            extra = state.extra
-            if extra.get("sigma_period") == 1 and self.sigma_refresh in ("auto", 1):
+            if state.sigma_period == 1 and self.sigma_refresh in ("auto", 1):
                 # Every iteration (control variates, the estimators' default): no bookkeeping.
-                extra["sigma_minibatches"] += 1
-                return NoiseCovariance(target.noise_gradients(theta, rng), target.noise_scale, -scale)
-            cov = extra.get("sigma_cov")
-            age = extra.get("sigma_age", 0)
-            if cov is None or age >= extra["sigma_period"] or cov.coef != -scale \
-                    or cov.noise_scale != target.noise_scale:
-                new = NoiseCovariance(target.noise_gradients(theta, rng), target.noise_scale, -scale)
-                extra["sigma_minibatches"] = extra.get("sigma_minibatches", 0) + 1
+                state.sigma_minibatches += 1
+                return NoiseCovariance(grad_estimator.noise_gradients(theta, rng), grad_estimator.noise_scale,
+                                       -scale)
+            cov = state.sigma_cov
+            age = state.sigma_age
+            if cov is None or age >= state.sigma_period or cov.coef != -scale \
+                    or cov.noise_scale != grad_estimator.noise_scale:
+                new = NoiseCovariance(grad_estimator.noise_gradients(theta, rng), grad_estimator.noise_scale, -scale)
+                state.sigma_minibatches += 1
                 age = 0
-                period = self._refresh_period(target)
+                period = self._refresh_period(grad_estimator)
                 # Products this covariance will serve, from the chain's own count so far.
-                per_iter = max(extra["c_products"] / max(extra["n_steps"], 1), 1.0)
+                per_iter = max(state.c_products / max(state.n_steps, 1), 1.0)
                 if period > 1 and self.expm_method == "auto" and new.compact(period * per_iter):
                     if cov is not None and cov.is_compact and cov.coef == new.coef \
                             and cov.noise_scale == new.noise_scale:
                         # A running average over the last SIGMA_WINDOW minibatches (a mean of
                         # all of them until there are that many): see sigma_refresh.
-                        j = extra["sigma_batches"] = extra.get("sigma_batches", 1) + 1
+                        j = state.sigma_batches = state.sigma_batches + 1
                         new.blend(cov, 1.0 / min(j, SIGMA_WINDOW))
                     else:
-                        extra["sigma_batches"] = 1
+                        state.sigma_batches = 1
                 elif isinstance(self.sigma_refresh, str):
                     # No matrix, so no average: "auto" reuses nothing (see sigma_refresh).
                     period = 1
-                extra["sigma_period"] = period
+                state.sigma_period = period
                 # Kept only if another C step will reuse it: a minibatch held past its step
                 # keeps its gathered rows alive, and the next gather then gets fresh memory
                 # (page faults and cold cache: 10% of a default-setting iteration on a9a).
-                extra["sigma_cov"] = new if period > 1 else None
+                state.sigma_cov = new if period > 1 else None
                 cov = new
-            extra["sigma_age"] = age + 1
+            state.sigma_age = age + 1
             return cov
         if self.sigma_estimate == "lagged":
-            return state.extra.get("grads_prev", state.grads)
+            return state.grads if state.grads_prev is None else state.grads_prev
         return state.grads
 
-    def step(self, state, target, rng):
+    def step(self, state, grad_estimator, rng):
         h, A, T = state.step_size, self.friction, self.temperature
         half = 0.5 * h
         mu = self._mu(state.p.size)
         theta, p = state.theta, state.p
         if state.force is None:  # a state built elsewhere: evaluate the force once
-            state.force, state.grads = target.gradient(theta, rng)
+            state.force, state.grads = grad_estimator.gradient(theta, rng)
 
         kick(p, state.force, half)
         drift(theta, p, half)
         ou_exact(p, state.xi, A * T, half, rng)
         kinetic = float(p @ p)
         xi = thermostat(state.xi, p, half, mu, T, kinetic)
-        if target.noise_scale > 0.0:
+        noise_scale = grad_estimator.noise_scale
+        if noise_scale > 0.0:
             # Sigma~ = -(h/2) beta Sigma over a time h (eq. 17).
-            p, n_prod = c_step(p, self._sigma_gradients(state, target, theta, rng, half / T), target.noise_scale, h,
-                               half / T, self.expm_tol,
-                               state.extra["sigma_eigvec"], cache=state.extra["sigma_norm_cache"],
+            if state.sigma_eigvec is None:
+                state.sigma_eigvec, state.sigma_norm_cache = np.zeros_like(theta), {}
+            p, n_prod = c_step(p, self._sigma_gradients(state, grad_estimator, theta, rng, half / T), noise_scale, h,
+                               half / T, self.expm_tol, state.sigma_eigvec, cache=state.sigma_norm_cache,
                                method=self.expm_method)
-            state.extra["c_products"] += n_prod
+            state.c_products += n_prod
         pp = float(p @ p)
         kinetic += pp
         xi = thermostat(xi, p, half, mu, T, pp)
         ou_exact(p, xi, A * T, half, rng)
         drift(theta, p, half)
         if self.sigma_estimate == "lagged":
-            state.extra["grads_prev"] = state.grads
-        state.force, state.grads = target.gradient(theta, rng)
+            state.grads_prev = state.grads
+        state.force, state.grads = grad_estimator.gradient(theta, rng)
         kick(p, state.force, half)
 
         state.p, state.xi = p, xi
-        state.extra["kinetic_temperature"] = 0.5 * kinetic / p.size
-        state.extra["n_steps"] += 1
-        return state
-
-    def sample_stats(self, state):
-        return (state.xi, state.extra["kinetic_temperature"])
-
-    def chain_summary(self, state):
-        n = max(state.extra.get("n_steps", 0), 1)
-        lanczos = state.extra.get("sigma_norm_cache", {}).get("n_lanczos", 0)
-        # Which of the C step's two methods the chain used: Taylor below LANCZOS_FROM products.
-        return {"c_step_products_per_iter": state.extra.get("c_products", 0) / n,
-                "c_step_lanczos_fraction": lanczos / n,
-                # How many iterations each independent Sigma minibatch served (sigma_refresh).
-                "sigma_minibatches_per_iter": state.extra.get("sigma_minibatches", 0) / n}
+        state.n_steps += 1
+        return state, ThermostatInfo(xi, 0.5 * kinetic / p.size)

@@ -1,6 +1,7 @@
 """Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox & Guestrin 2014)."""
 
 from ._base import MomentumSampler
+from ._state import MomentumInfo, SGHMCState
 from ._substeps import drift, kick, ou_euler
 
 
@@ -57,7 +58,8 @@ class SGHMC(MomentumSampler):
 
     _euler_friction = True
     _auto_step_constant = 0.2
-    _stat_names = ("kinetic_temperature",)
+    state_type = SGHMCState
+    info_type = MomentumInfo
 
     def __init__(self, step_size="auto", friction=1.0, noise_estimate=None, temperature=1.0, preconditioner="auto"):
         self.preconditioner = preconditioner
@@ -73,36 +75,25 @@ class SGHMC(MomentumSampler):
                 f"SGHMC: noise_estimate must be None or 'empirical'; got {self.noise_estimate!r}."
             )
 
-    def init_state(self, theta0, target, rng, step_size):
-        state = super().init_state(theta0, target, rng, step_size)
-        state.extra["noise_clipped"] = 0
-        return state
-
-    def step(self, state, target, rng):
+    def step(self, state, grad_estimator, rng):
         h, A, T = state.step_size, self.friction, self.temperature
         drift(state.theta, state.p, h)
-        force, grads = target.gradient(state.theta, rng)
+        force, grads = grad_estimator.gradient(state.theta, rng)
         diffusion = A * T
         if self.noise_estimate == "empirical":
-            B_hat = 0.5 * h * target.noise_scale * grads.covariance_diag()
+            B_hat = 0.5 * h * grad_estimator.noise_scale * grads.covariance_diag()
             diffusion = A * T - B_hat
             floor = 1e-3 * A * T
             low = diffusion < floor
             if low.any():
-                state.extra["noise_clipped"] += int(low.sum())
+                state.noise_clipped += int(low.sum())
                 diffusion[low] = floor
         ou_euler(state.p, A, diffusion, h, rng)
         kick(state.p, force, h)
-        return state
+        return state, MomentumInfo(float(state.p @ state.p) / state.p.size)
 
     def expected_kinetic_temperature(self, h):
         """``T / (1 - h A / 2)``: the Euler friction step ``p <- (1 - h A) p + sqrt(2 A T h) R``
         has stationary variance ``2 A T h / (1 - (1 - h A)^2)``, above ``T`` by that factor
         (the configuration is not: its variance is right to first order)."""
         return float(self.temperature / (1.0 - 0.5 * h * self.friction))
-
-    def sample_stats(self, state):
-        return (float(state.p @ state.p) / state.p.size,)
-
-    def chain_summary(self, state):
-        return {"noise_clipped": state.extra.get("noise_clipped", 0)}

@@ -3,6 +3,9 @@
 import math
 
 from ._base import BaseSampler
+from ._state import NoInfo
+
+_NO_INFO = NoInfo()
 
 
 class SGLD(BaseSampler):
@@ -53,19 +56,18 @@ class SGLD(BaseSampler):
 
     _step_size_order = 1
     _auto_step_constant = 0.05
-    _stat_names = ()
 
     def __init__(self, step_size="auto", temperature=1.0, preconditioner="auto"):
         self.preconditioner = preconditioner
         self.step_size = step_size
         self.temperature = temperature
 
-    def step(self, state, target, rng):
+    def step(self, state, grad_estimator, rng):
         h = state.step_size
-        force, _ = target.gradient(state.theta, rng)
+        force, _ = grad_estimator.gradient(state.theta, rng)
         noise = rng.standard_normal(state.theta.shape)
         # In place on the fresh noise: the same sum as h F + sqrt(2 h T) xi, two temporaries fewer.
         noise *= math.sqrt(2.0 * h * self.temperature)
         noise += h * force
         state.theta += noise
-        return state
+        return state, _NO_INFO

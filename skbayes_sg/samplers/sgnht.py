@@ -1,6 +1,7 @@
 """Stochastic gradient Nose-Hoover thermostat (Ding et al. 2014)."""
 
 from ._base import ThermostatSampler
+from ._state import ThermostatInfo
 from ._substeps import drift, kick, ou_euler, thermostat
 
 
@@ -67,14 +68,13 @@ class SGNHT(ThermostatSampler):
         self.thermal_mass = thermal_mass
         self.temperature = temperature
 
-    def step(self, state, target, rng):
+    def step(self, state, grad_estimator, rng):
         h, A, T = state.step_size, self.friction, self.temperature
-        drift(state.theta, state.p, h)
-        force, _ = target.gradient(state.theta, rng)
-        ou_euler(state.p, state.xi, A * T, h, rng)
-        kick(state.p, force, h)
-        state.xi = thermostat(state.xi, state.p, h, self._mu(state.p.size), T)
-        return state
-
-    def sample_stats(self, state):
-        return (state.xi, float(state.p @ state.p) / state.p.size)
+        p = state.p
+        drift(state.theta, p, h)
+        force, _ = grad_estimator.gradient(state.theta, rng)
+        ou_euler(p, state.xi, A * T, h, rng)
+        kick(p, force, h)
+        pp = float(p @ p)
+        state.xi = thermostat(state.xi, p, h, self._mu(p.size), T, pp)
+        return state, ThermostatInfo(state.xi, pp / p.size)
