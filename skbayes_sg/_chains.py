@@ -22,6 +22,7 @@ except ImportError:  # older joblib vendors it
 from .exceptions import DivergenceError
 from ._progress import progress_bar
 from .minibatch import ControlVariateGradient, MinibatchGradient
+from .samplers._step_size import FitContext
 
 # How often (in iterations) a chain is checked for non-finite values between stored
 # draws: NaN and inf persist once they appear, so a sparse check finds them at a small
@@ -116,8 +117,9 @@ class ChainRunner:
     seed : numpy.random.SeedSequence
     context : FitContext, optional
         What the fit measured for every chain (:class:`~.samplers.FitContext`), from which
-        the sampler's ``init_state`` resolves the step size of a fresh chain (needed for
-        ``step_size="auto"``).
+        the sampler's ``init_state`` resolves the step size of a fresh chain. None:
+        ``FitContext(model)``, nothing measured (an ``"auto"`` step from the curvature at the
+        chain's start; :func:`start_chains` shares one among its chains, at the first start).
     control_variate : tuple (theta_hat, g_hat) or None
         Centre of the control-variate gradient estimator and the full-data log-likelihood
         gradient there (:class:`~.minibatch.ControlVariateGradient`); None for plain
@@ -153,6 +155,7 @@ class ChainRunner:
         if hasattr(start, "theta"):
             self.state = start
         else:
+            context = FitContext(model) if context is None else context
             self.state = sampler.init_state(start, self.grad_estimator, self.rng, context)
         if progress is None:
             self.t = 0  # iterations done
@@ -377,6 +380,8 @@ def start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_
     them: :func:`advance_chains` passes it to each task). ``progress``: one
     :meth:`ChainRunner.progress` per start, to continue those chains exactly."""
     progress = [None] * len(starts) if progress is None else progress
+    # One context for all the chains, so that they resolve one step size.
+    context = FitContext(model) if context is None else context
     runners = [ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
                            seed, context, control_variate, row_probabilities, prog)
                for start, seed, prog in zip(starts, seeds, progress)]

@@ -11,6 +11,7 @@ from collections import namedtuple
 
 import numpy as np
 from scipy.optimize import brentq
+from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
 from skbayes_sg._chains import run_chains
@@ -50,15 +51,19 @@ def conjugate_regression(N=400, D=3, n_batch=100, seed=0, tau=1.0, alpha=1.0):
     return model, mean, cov, float(N * N / n_batch * V.max())
 
 
+def with_step(sampler, step_size):
+    """A copy of ``sampler`` that runs at step size ``step_size`` (None: its own)."""
+    return sampler if step_size is None else clone(sampler).set_params(step_size=step_size)
+
+
 def sample(sampler, model, start, n_iter, n_burn, batch_size, step_size, n_chains=4, thin=1, seed=1):
     """Draws (n_chains, n_draws, P) and per-draw stats of ``n_chains`` chains from ``start``.
 
     The chains run in this process (joblib's default ``n_jobs``), so a test's monkeypatches
     of the sampler modules apply to them.
     """
-    results = run_chains(sampler, model, [np.asarray(start, float)] * n_chains, n_iter, n_burn, thin, None,
-                         batch_size, "replacement", np.random.SeedSequence(seed).spawn(n_chains),
-                         step_size=step_size)
+    results = run_chains(with_step(sampler, step_size), model, [np.asarray(start, float)] * n_chains, n_iter,
+                         n_burn, thin, None, batch_size, "replacement", np.random.SeedSequence(seed).spawn(n_chains))
     draws = np.stack([r.draws for r in results])
     stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
     return draws, stats
@@ -556,11 +561,10 @@ class Case:
         draws : ndarray of shape (4, n_draws, P)
         stats : dict of ndarray of shape (4, n_draws)
         summaries : list of dict
-            Each chain's ``chain_summary`` (e.g. SGHMC's ``noise_clipped``).
+            Each chain's state ``summary()`` (e.g. SGHMC's ``noise_clipped``).
         """
-        results = run_chains(self.sampler, self.model, [self.mean] * 4, self.n_iter, self.n_burn, 1, None,
-                             self.batch_size, "replacement", np.random.SeedSequence(seed).spawn(4),
-                             step_size=self.h)
+        results = run_chains(with_step(self.sampler, self.h), self.model, [self.mean] * 4, self.n_iter, self.n_burn,
+                             1, None, self.batch_size, "replacement", np.random.SeedSequence(seed).spawn(4))
         draws = np.stack([r.draws for r in results])
         stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
         return draws, stats, [r.summary for r in results]

@@ -2,6 +2,7 @@
 the moving-average covariance estimate, and the Normal-Gamma comparison of its Table 1."""
 
 import numpy as np
+from sklearn.base import clone
 import pytest
 
 from skbayes_sg._chains import run_chain
@@ -24,8 +25,9 @@ def _linreg_problem(seed=0, N=200, D=2, tau=1.0, alpha=1.0):
 
 
 def _run(sampler, model, start, n_iter, batch_size, seeds, h):
+    sampler = clone(sampler).set_params(step_size=h)
     results = [run_chain(sampler, model, start, n_iter, n_iter // 5, 1, n_iter, batch_size, "replacement",
-                         np.random.SeedSequence(s), step_size=h) for s in seeds]
+                         np.random.SeedSequence(s)) for s in seeds]
     draws = np.stack([r.draws for r in results])
     stats = {k: np.stack([r.stats[k] for r in results])[..., None] for k in results[0].stats}
     return draws, stats
@@ -61,9 +63,9 @@ def test_wrong_covariance_sign_is_detected():
     model, m, _ = _linreg_problem()
 
     class Flipped(CCAdL):
-        def step(self, state, target, rng):
-            target.noise_scale = -abs(target.noise_scale)
-            return super().step(state, target, rng)
+        def step(self, state, grad_estimator, rng):
+            grad_estimator.noise_scale = -abs(grad_estimator.noise_scale)
+            return super().step(state, grad_estimator, rng)
 
     sampler = Flipped(friction=1.0, covariance="diag")
     h, _ = sampler.resolve_step_size(model, m)
@@ -85,8 +87,8 @@ def test_moving_average_is_mean_of_empirical_covariances():
     rng = np.random.default_rng(0)
     for kind in ("full", "diag"):
         sampler = CCAdL(step_size=0.002, covariance=kind)
-        target = MinibatchGradient(model, 20)
-        state = sampler.init_state(m, target, rng, 0.002)
+        grad_estimator = MinibatchGradient(model, 20)
+        state = sampler.init_state(m, grad_estimator, rng)
         Vs = []
         record = MinibatchGradient.gradient
 
@@ -96,10 +98,10 @@ def test_moving_average_is_mean_of_empirical_covariances():
             Vs.append(np.cov(G.T) if kind == "full" else G.var(axis=0, ddof=1))
             return force, grads
 
-        target.gradient = spy.__get__(target)
+        grad_estimator.gradient = spy.__get__(grad_estimator)
         for _ in range(5):
-            state = sampler.step(state, target, rng)
-        np.testing.assert_allclose(state.extra["I_hat"], np.mean(Vs, axis=0), rtol=1e-10, atol=1e-12)
+            state, _ = sampler.step(state, grad_estimator, rng)
+        np.testing.assert_allclose(state.I_hat, np.mean(Vs, axis=0), rtol=1e-10, atol=1e-12)
 
 
 def test_dense_covariance_matches_operator():
@@ -114,13 +116,13 @@ def test_covariance_choice_and_validation():
     assert get_sampler("ccadl").covariance == "auto"
     with pytest.raises(ValueError, match="covariance"):
         get_sampler(CCAdL(covariance="banded"))
-    sampler = CCAdL(covariance="full")
+    sampler = CCAdL(step_size=0.1, covariance="full")
     model = LogisticModel(np.zeros((10, MAX_FULL_PARAMS)), np.zeros(10))
     with pytest.raises(ValueError, match="P <= 500"):
-        sampler.init_state(np.zeros(model.n_params), MinibatchGradient(model, 5), np.random.default_rng(0), 0.1)
-    state = CCAdL().init_state(np.zeros(model.n_params), MinibatchGradient(model, 5),
-                               np.random.default_rng(0), 0.1)
-    assert state.extra["covariance"] == "diag"
+        sampler.init_state(np.zeros(model.n_params), MinibatchGradient(model, 5), np.random.default_rng(0))
+    state = CCAdL(step_size=0.1).init_state(np.zeros(model.n_params), MinibatchGradient(model, 5),
+                                            np.random.default_rng(0))
+    assert state.covariance == "diag" and state.I_hat.shape == (model.n_params,)
 
 
 def _density_rmse(draws, dist, n_bins=40):

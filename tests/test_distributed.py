@@ -66,8 +66,8 @@ def test_model_is_sent_once_not_once_per_chain(client):
     seeds = np.random.SeedSequence(0).spawn(4)
     _PICKLES.clear()
     with parallel_config(backend="dask"):
-        run_chains(SGNHT(), model, [np.zeros(model.n_params)] * 4, 50, 10, 1, None, 100, "replacement", seeds,
-                   step_size=1e-3, n_jobs=-1)
+        run_chains(SGNHT(step_size=1e-3), model, [np.zeros(model.n_params)] * 4, 50, 10, 1, None, 100,
+                   "replacement", seeds, n_jobs=-1)
     assert len(_PICKLES) == 1
 
 

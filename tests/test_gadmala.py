@@ -10,7 +10,7 @@ from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression, preco
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LogisticModel
 from skbayes_sg.models._base import Model
-from skbayes_sg.samplers import GadMALA, GadRWM, get_sampler
+from skbayes_sg.samplers import FitContext, GadMALA, GadRWM, get_sampler
 
 from ._exact import assert_matches_gaussian, conjugate_regression
 
@@ -49,14 +49,14 @@ class FixedRNG:
 def run(sampler, model, theta0, n_burn, n_keep, seed):
     """One chain: ``n_burn`` adapting iterations, ``end_adaptation``, ``n_keep`` kept draws."""
     rng = np.random.default_rng(seed)
-    target = MinibatchGradient(model, None)
-    state = sampler.init_state(np.asarray(theta0, float), target, rng, None)
+    grad_estimator = MinibatchGradient(model, None)
+    state = sampler.init_state(np.asarray(theta0, float), grad_estimator, rng, FitContext(model))
     for _ in range(n_burn):
-        state = sampler.step(state, target, rng)
+        state, _ = sampler.step(state, grad_estimator, rng)
     state = sampler.end_adaptation(state)
     draws = np.empty((n_keep, model.n_params))
     for t in range(n_keep):
-        state = sampler.step(state, target, rng)
+        state, _ = sampler.step(state, grad_estimator, rng)
         draws[t] = state.theta
     return draws, state
 
@@ -72,12 +72,12 @@ def state_with_L(sampler, model, theta, L, beta=1.0, L0=None):
     """A state at ``theta`` whose adapted factor ``L`` (``M`` when ``L0`` is given; full or
     diagonal, given as a matrix), base factor ``L0`` and ``beta`` are set by hand."""
     target = MinibatchGradient(model, None)
-    state = sampler.init_state(theta, target, np.random.default_rng(0), None)
-    state.extra["L"][...] = L if sampler.cholesky == "full" else np.diag(L)
-    state.extra["L0"] = L0
-    state.extra["w"] = state.extra["grad"] if L0 is None else L0.T @ state.extra["grad"] if L0.ndim == 2 \
-        else L0 * state.extra["grad"]
-    state.extra["beta"] = beta
+    state = sampler.init_state(theta, target, np.random.default_rng(0), FitContext(model))
+    state.L[...] = L if sampler.cholesky == "full" else np.diag(L)
+    state.L0 = L0
+    state.w = state.grad if L0 is None else L0.T @ state.grad if L0.ndim == 2 \
+        else L0 * state.grad
+    state.beta = beta
     sampler._refresh_cache(state)
     return state, target
 
@@ -161,12 +161,13 @@ def test_initial_state_follows_the_paper():
     """init_scale=None: L starts at 0.1 / sqrt(P) I, beta at 1 (section 4.2, Algorithm 1)."""
     model = small_logistic()
     for sampler in (GadMALA(init_scale=None), GadRWM(cholesky="diag", init_scale=None), GadMALA(init_scale=0.3)):
-        state = sampler.init_state(np.zeros(3), MinibatchGradient(model, None), np.random.default_rng(0))
-        L = state.extra["L"]
+        state = sampler.init_state(np.zeros(3), MinibatchGradient(model, None), np.random.default_rng(0),
+                                   FitContext(model))
+        L = state.L
         scale = 0.3 if sampler.init_scale else 0.1 / np.sqrt(3)
         np.testing.assert_allclose(L, scale * (np.eye(3) if sampler.cholesky == "full" else np.ones(3)))
-        assert state.extra["L0"] is None and state.extra["diag_floor"] == pytest.approx(0.05 * scale)
-        assert state.extra["beta"] == 1.0 and state.extra["adapting"]
+        assert state.L0 is None and state.diag_floor == pytest.approx(0.05 * scale)
+        assert state.beta == 1.0 and state.adapting
 
 
 @pytest.mark.statistical
@@ -184,8 +185,8 @@ def test_initial_scale_accepts_the_target_on_a_standard_gaussian(sampler, P):
     probs = []
     for x in rng.standard_normal((n, P)):
         state = frozen.end_adaptation(frozen.init_state(x, target, rng))
-        frozen.step(state, target, rng)
-        probs.append(frozen.sample_stats(state)[1])
+        _, info = frozen.step(state, target, rng)
+        probs.append(info.accept_prob)
     assert abs(np.mean(probs) - sampler.target_accept) < 4.5 * np.std(probs) / np.sqrt(n)
 
 
@@ -205,18 +206,18 @@ def test_map_start_is_the_optimally_scaled_inverse_hessian_factor(sampler):
     c = sampler._optimal_scale(3)
     model = small_logistic()
     theta = np.array([0.5, -1.0, 0.3])
-    state = sampler.init_state(theta, MinibatchGradient(model, None), np.random.default_rng(0))
+    state = sampler.init_state(theta, MinibatchGradient(model, None), np.random.default_rng(0), FitContext(model))
     H = model.hessian(theta)
-    np.testing.assert_allclose(state.extra["L"], c * np.eye(3))
-    L0 = state.extra["L0"]
+    np.testing.assert_allclose(state.L, c * np.eye(3))
+    L0 = state.L0
     np.testing.assert_allclose(L0 @ L0.T, np.linalg.inv(H), rtol=1e-10)
-    assert np.allclose(L0, np.tril(L0)) and state.extra["diag_floor"] == pytest.approx(0.05 * c)
-    L = sampler.chain_summary(state)["proposal_cholesky"]
+    assert np.allclose(L0, np.tril(L0)) and state.diag_floor == pytest.approx(0.05 * c)
+    L = state.summary()["proposal_cholesky"]
     np.testing.assert_allclose(L, c * np.linalg.cholesky(np.linalg.inv(H)), rtol=1e-10)
     # Once adaptation ends the product is formed and the base factor dropped.
     sampler.end_adaptation(state)
-    np.testing.assert_allclose(state.extra["L"], L, rtol=1e-12)
-    assert state.extra["L0"] is None
+    np.testing.assert_allclose(state.L, L, rtol=1e-12)
+    assert state.L0 is None
 
 
 def test_map_start_at_a_non_finite_curvature_names_the_way_out():
@@ -225,7 +226,8 @@ def test_map_start_at_a_non_finite_curvature_names_the_way_out():
             return np.full((2, 2), np.inf)
 
     with pytest.raises(ValueError, match="init_scale"):
-        GadMALA().init_state(np.zeros(2), MinibatchGradient(Overflow(np.eye(2)), None), np.random.default_rng(0))
+        model = Overflow(np.eye(2))
+        GadMALA().init_state(np.zeros(2), MinibatchGradient(model, None), np.random.default_rng(0), FitContext(model))
 
 
 def test_map_start_with_a_diagonal_factor_corrects_for_correlation(monkeypatch):
@@ -240,24 +242,25 @@ def test_map_start_with_a_diagonal_factor_corrects_for_correlation(monkeypatch):
     R = d[:, None] * H * d
     c = GadMALA()._optimal_scale(5) * (5 / np.trace(R @ R @ R)) ** (1 / 6)
     target = MinibatchGradient(model, None)
-    state = GadMALA(cholesky="diag").init_state(theta, target, np.random.default_rng(0))
-    np.testing.assert_allclose(state.extra["L0"], d, rtol=1e-10)
-    np.testing.assert_allclose(state.extra["L"], c, rtol=1e-6)
+    state = GadMALA(cholesky="diag").init_state(theta, target, np.random.default_rng(0), FitContext(model))
+    np.testing.assert_allclose(state.L0, d, rtol=1e-10)
+    np.testing.assert_allclose(state.L, c, rtol=1e-6)
     # Beyond 2 n_probes parameters, Hutchinson's estimate: within a few % after the sixth root.
     sampler = GadMALA(cholesky="diag")
     corr = sampler._correlation_correction(_Matrix(R), theta, 5, n_probes=2)
     assert abs(corr / (5 / np.trace(R @ R @ R)) ** (1 / 6) - 1) < 0.15
     monkeypatch.setattr(preconditioning, "MAX_DENSE_PARAMS", 4)
-    state = GadRWM().init_state(theta, target, np.random.default_rng(0))
-    assert state.extra["L0"].shape == (5,) and state.extra["L"].shape == (5, 5)
+    state = GadRWM().init_state(theta, target, np.random.default_rng(0), FitContext(model))
+    assert state.L0.shape == (5,) and state.L.shape == (5, 5)
     # gadRWM's acceptance depends on h tr(R) = h P: c(P) unchanged.
-    np.testing.assert_allclose(state.extra["L"], GadRWM()._optimal_scale(5) * np.eye(5))
+    np.testing.assert_allclose(state.L, GadRWM()._optimal_scale(5) * np.eye(5))
     # No closed-form Hessian diagonal (Model's default would form the dense Hessian from P
     # Hessian-vector products): the isotropic start of init_scale="auto".
     gauss = GaussianTarget(np.diag([4.0, 1.0, 0.25, 0.01, 1.0]))
-    state = GadMALA().init_state(np.ones(5), MinibatchGradient(gauss, None), np.random.default_rng(0))
-    assert state.extra["L0"] is None
-    np.testing.assert_allclose(state.extra["L"], GadMALA()._optimal_scale(5) / 10.0 * np.eye(5), rtol=1e-3)
+    state = GadMALA().init_state(np.ones(5), MinibatchGradient(gauss, None), np.random.default_rng(0),
+                                 FitContext(gauss))
+    assert state.L0 is None
+    np.testing.assert_allclose(state.L, GadMALA()._optimal_scale(5) / 10.0 * np.eye(5), rtol=1e-3)
 
 
 def test_auto_initial_scale_uses_the_largest_curvature():
@@ -266,8 +269,8 @@ def test_auto_initial_scale_uses_the_largest_curvature():
     target = MinibatchGradient(model, None)
     for sampler in (GadMALA(init_scale="auto"), GadRWM(init_scale="auto", cholesky="diag")):
         c = sampler._optimal_scale(4)
-        state = sampler.init_state(np.ones(4), target, np.random.default_rng(0))
-        L = state.extra["L"]
+        state = sampler.init_state(np.ones(4), target, np.random.default_rng(0), FitContext(model))
+        L = state.L
         np.testing.assert_allclose(L if L.ndim == 1 else np.diag(L), c / np.sqrt(100.0), rtol=1e-3)
 
 
@@ -304,16 +307,15 @@ def test_log_ratio_matches_direct_gaussian_densities(name, base):
         expected = (lp_y + multivariate_normal(y + drift_y, C).logpdf(x)
                     - lp_x - multivariate_normal(x + drift_x, C).logpdf(y))
         u = 0.5
-        sampler.step(state, target, FixedRNG(eps, u))
-        assert state.extra["log_accept_ratio"] == pytest.approx(expected, rel=1e-10, abs=1e-10)
+        _, info = sampler.step(state, target, FixedRNG(eps, u))
+        assert info.accept_prob == pytest.approx(min(1.0, np.exp(expected)), rel=1e-10, abs=1e-300)
         accepted = np.log(u) < expected
         np.testing.assert_allclose(state.theta, y if accepted else x, rtol=1e-12, atol=1e-14)
-        assert state.extra["accepted"] == float(accepted)
-        assert sampler.sample_stats(state) == (float(accepted), pytest.approx(min(1.0, np.exp(expected))))
+        assert info == (float(accepted), pytest.approx(min(1.0, np.exp(expected))))
         if accepted and k % 2 == 0:
-            np.testing.assert_allclose(state.extra["grad"], g_y)
+            np.testing.assert_allclose(state.grad, g_y)
             if mala:
-                np.testing.assert_allclose(state.extra["half_Lt_grad"], 0.5 * L.T @ g_y)
+                np.testing.assert_allclose(state.half_Lt_grad, 0.5 * L.T @ g_y)
 
 
 # -- the adaptation gradient -------------------------------------------------------------------
@@ -367,10 +369,10 @@ def test_adaptation_gradient_matches_finite_differences(name, base):
     g_x = model.log_posterior_and_grad(x)[1]
     y = x + (0.5 * L0 @ (L0.T @ g_x) if mala else 0.0) + L0 @ eps
     g_y = model.log_posterior_and_grad(y)[1]
-    sampler.step(state, target, FixedRNG(eps, 0.999))
-    assert state.extra["log_accept_ratio"] < 0 and not state.extra["accepted"]
+    _, info = sampler.step(state, target, FixedRNG(eps, 0.999))
+    assert info.accept_prob < 1 and not info.accepted
 
-    M1 = state.extra["L"] if full else np.diag(state.extra["L"])
+    M1 = state.L if full else np.diag(state.L)
     got = recovered_gradient(M1 - M0, sampler.learning_rate)
     h = 1e-6
     expected = np.zeros((3, 3))
@@ -381,7 +383,7 @@ def test_adaptation_gradient_matches_finite_differences(name, base):
                           - speed_bound(sampler, model, x, effective_L(M0 - E, B), eps, g_y, beta)) / (2 * h)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
     # beta moved by rho_beta (alpha_t - alpha*) with alpha_t = 0 (rejected).
-    assert state.extra["beta"] == pytest.approx(beta * (1 - sampler.beta_rate * sampler.target_accept))
+    assert state.beta == pytest.approx(beta * (1 - sampler.beta_rate * sampler.target_accept))
 
 
 @pytest.mark.parametrize("name", ["gadmala_full", "gadrwm_diag"])
@@ -392,9 +394,9 @@ def test_sure_acceptance_only_grows_the_entropy(name):
     L0 = np.diag([0.5, 0.6, 0.7])
     state, target = state_with_L(sampler, model, np.array([2.0, 2.0, 2.0]), L0, beta=2.0)
     # From far out in the tails, a tiny step towards the mode is always accepted.
-    sampler.step(state, target, FixedRNG(np.zeros(3), 0.5))
-    assert state.extra["log_accept_ratio"] >= 0 and state.extra["accepted"]
-    L1 = state.extra["L"] if sampler.cholesky == "full" else np.diag(state.extra["L"])
+    _, info = sampler.step(state, target, FixedRNG(np.zeros(3), 0.5))
+    assert info.accept_prob == 1.0 and info.accepted
+    L1 = state.L if sampler.cholesky == "full" else np.diag(state.L)
     got = recovered_gradient(L1 - L0, sampler.learning_rate)
     np.testing.assert_allclose(got, np.diag(2.0 / np.diag(L0)), rtol=1e-8, atol=1e-12)
 
@@ -403,20 +405,19 @@ def test_adaptation_stops_at_end_adaptation():
     model = small_logistic()
     sampler = GadMALA()
     draws, state = run(sampler, model, np.zeros(3), n_burn=300, n_keep=0, seed=0)
-    L, beta = state.extra["L"].copy(), state.extra["beta"]
+    L, beta = state.L.copy(), state.beta
     target = MinibatchGradient(model, None)
     rng = np.random.default_rng(1)
     for _ in range(200):
         sampler.step(state, target, rng)
-    np.testing.assert_array_equal(state.extra["L"], L)
-    assert state.extra["beta"] == beta
-    np.testing.assert_allclose(state.extra["half_Lt_grad"], 0.5 * L.T @ state.extra["grad"])
-    summary = sampler.chain_summary(state)
-    assert state.extra["n_adapt_steps"] == 300 and state.extra["n_steps"] == 200
-    assert summary["acceptance_rate"] == state.extra["n_accepted"] / 200
+    np.testing.assert_array_equal(state.L, L)
+    assert state.beta == beta
+    np.testing.assert_allclose(state.half_Lt_grad, 0.5 * L.T @ state.grad)
+    summary = state.summary()
+    assert state.n_adapt_steps == 300 and state.n_steps == 200
+    assert summary["acceptance_rate"] == state.n_accepted / 200
     np.testing.assert_array_equal(summary["proposal_cholesky"], L)
-    assert "proposal_scale" in GadRWM(cholesky="diag").chain_summary(run(
-        GadRWM(cholesky="diag"), model, np.zeros(3), 10, 10, 0)[1])
+    assert "proposal_scale" in run(GadRWM(cholesky="diag"), model, np.zeros(3), 10, 10, 0)[1].summary()
 
 
 def test_rejected_non_finite_proposal_leaves_state_finite():
@@ -428,7 +429,7 @@ def test_rejected_non_finite_proposal_leaves_state_finite():
 
     for sampler in (GadMALA(), GadRWM(cholesky="diag")):
         draws, state = run(sampler, Cliff(np.eye(2)), np.zeros(2), 500, 200, seed=3)
-        assert np.isfinite(draws).all() and np.isfinite(state.extra["L"]).all()
+        assert np.isfinite(draws).all() and np.isfinite(state.L).all()
         assert draws[:, 0].max() <= 1.0
 
 
@@ -461,7 +462,7 @@ def test_learns_the_shape_of_a_correlated_gaussian(sampler):
     """
     model = GaussianTarget(np.array([[1.0, 0.99], [0.99, 1.0]]))
     _, state = run(sampler, model, np.zeros(2), 20_000, 0, seed=4)
-    L = state.extra["L"]
+    L = state.L
     C = L @ L.T
     corr = C[0, 1] / np.sqrt(C[0, 0] * C[1, 1])
     assert abs(corr - 0.99) < 0.05, corr
@@ -603,8 +604,8 @@ def test_fixed_initial_factor_is_used_wherever_the_chain_starts():
     L0, c = sampler.fix_initial_factor(model, theta_map)
     np.testing.assert_allclose(L0, np.linalg.cholesky(np.linalg.inv(model.hessian(theta_map))), rtol=1e-10)
     state = sampler.init_state(np.array([2.0, 1.0, -1.0]), MinibatchGradient(model, None), np.random.default_rng(0))
-    np.testing.assert_array_equal(state.extra["L0"], L0)
-    assert c == sampler._optimal_scale(3) and np.allclose(state.extra["L"], c * np.eye(3))
+    np.testing.assert_array_equal(state.L0, L0)
+    assert c == sampler._optimal_scale(3) and np.allclose(state.L, c * np.eye(3))
 
 
 @pytest.mark.parametrize("sampler", [GadMALA(), GadRWM(cholesky="diag")], ids=["gadmala", "gadrwm"])

@@ -2,6 +2,7 @@
 equilibrium, one gradient per iteration, and the Normal-Gamma comparison of CCAdL's Table 1."""
 
 import numpy as np
+from sklearn.base import clone
 import pytest
 
 from skbayes_sg import SGBayesLinearRegression
@@ -24,8 +25,9 @@ def _linreg_problem(seed=0, N=200, D=2, tau=1.0, alpha=1.0):
 
 
 def _run(sampler, model, start, n_iter, batch_size, seeds, h):
+    sampler = clone(sampler).set_params(step_size=h)
     results = [run_chain(sampler, model, start, n_iter, n_iter // 5, 1, n_iter, batch_size, "replacement",
-                         np.random.SeedSequence(s), step_size=h) for s in seeds]
+                         np.random.SeedSequence(s)) for s in seeds]
     draws = np.stack([r.draws for r in results])
     stats = {k: np.stack([r.stats[k] for r in results])[..., None] for k in results[0].stats}
     return draws, stats, results
@@ -75,11 +77,11 @@ def test_wrong_c_step_is_detected():
     _, _, model, m, _ = _linreg_problem()
 
     class NoC(MCCAdL):
-        def step(self, state, target, rng):
-            scale, target.noise_scale = target.noise_scale, 0.0
-            state = super().step(state, target, rng)
-            target.noise_scale = scale
-            return state
+        def step(self, state, grad_estimator, rng):
+            scale, grad_estimator.noise_scale = grad_estimator.noise_scale, 0.0
+            out = super().step(state, grad_estimator, rng)
+            grad_estimator.noise_scale = scale
+            return out
 
     sampler = NoC(friction=1.0)
     h, _ = sampler.resolve_step_size(model, m)
@@ -141,11 +143,11 @@ def test_xi_zero_branch():
     _, _, model, m, _ = _linreg_problem()
     sampler = MCCAdL(step_size=0.01)
     rng = np.random.default_rng(0)
-    target = MinibatchGradient(model, 20)
-    state = sampler.init_state(m, target, rng, 0.01)
+    grad_estimator = MinibatchGradient(model, 20)
+    state = sampler.init_state(m, grad_estimator, rng)
     state.xi = 0.0
-    state = sampler.step(state, target, rng)
-    assert np.isfinite(state.p).all() and np.isfinite(state.xi)
+    state, info = sampler.step(state, grad_estimator, rng)
+    assert np.isfinite(state.p).all() and np.isfinite(state.xi) and info.xi == state.xi
 
 
 def _density_rmse(draws, dist, n_bins=40):

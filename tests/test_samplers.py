@@ -245,14 +245,15 @@ def test_normal_gamma_sghmc_runs_hot_at_large_step_as_in_table_1():
 
 def test_sghmc_empirical_noise_estimate_is_half_h_sigma_and_clips():
     model, mean, _, sigma_max = conjugate_regression()
-    sampler = SGHMC(friction=1e-3, noise_estimate="empirical")
-    target = MinibatchGradient(model, 100)
+    sampler = SGHMC(step_size=0.01, friction=1e-3, noise_estimate="empirical")
+    grad_estimator = MinibatchGradient(model, 100)
     rng = np.random.default_rng(0)
-    state = sampler.init_state(mean, target, rng, step_size=0.01)
-    sampler.step(state, target, rng)
+    state = sampler.init_state(mean, grad_estimator, rng)
+    state, info = sampler.step(state, grad_estimator, rng)
     # h Sigma / 2 with Sigma ~ 1e3 dwarfs A T = 1e-3 on every coordinate: all clipped.
-    assert state.extra["noise_clipped"] == model.n_params
-    assert sampler.chain_summary(state) == {"noise_clipped": model.n_params}
+    assert state.noise_clipped == model.n_params
+    assert state.summary() == {"noise_clipped": model.n_params}
+    assert info.kinetic_temperature == pytest.approx(state.p @ state.p / model.n_params)
 
 
 # -- step size -----------------------------------------------------------------------------
