@@ -80,7 +80,7 @@ def run_config(model, theta0, name, h, A, n_iter, n_burn, eval_every, X_test, y_
     sampler = SAMPLERS[name](step_size=h, friction=A)
     rng = np.random.default_rng(seed)
     target = MinibatchGradient(model, BATCH, "replacement")
-    state = sampler.init_state(theta0.copy(), target, rng, h)
+    state = sampler.init_state(theta0.copy(), target, rng)
     rows = np.arange(len(y_test))
     proba_sum = np.zeros((len(y_test), model.n_classes))
     theta_sum = np.zeros_like(theta0, dtype=float)
@@ -92,7 +92,7 @@ def run_config(model, theta0, name, h, A, n_iter, n_burn, eval_every, X_test, y_
         t0 = time.perf_counter()
         try:
             with np.errstate(over="ignore", invalid="ignore"):
-                state = sampler.step(state, target, rng)
+                state, _ = sampler.step(state, target, rng)
         except (ValueError, FloatingPointError, OverflowError):
             # A diverging chain can fail inside a sampler (for example a NaN norm in the
             # C step) before its state is seen to be non-finite.
@@ -124,7 +124,7 @@ def run_config(model, theta0, name, h, A, n_iter, n_burn, eval_every, X_test, y_
         curve["expected_log_loss"].append(expected_log_loss)
         curve["draw_log_loss"].append(draw_log_loss)
         curve["predictive_log_loss"].append(pred_log_loss)
-    summary = sampler.chain_summary(state)
+    summary = state.summary()
     out = {
         "benchmark": "drbm_letter", "sampler": name, "h": h, "A": A, "n_iter": n_iter, "n_burn": n_burn,
         "diverged": diverged, "n_draws_evaluated": n_kept,

@@ -26,12 +26,12 @@ def run(theta, name, h, A, passes, seed, batch=BATCH, every=10):
     s = SAMPLERS[name](step_size=h, friction=A)
     rng = np.random.default_rng(seed)
     tgt = MinibatchGradient(model, batch, "replacement")
-    st = s.init_state(theta.copy(), tgt, rng, h)
+    st = s.init_state(theta.copy(), tgt, rng)
     n = int(round(passes * N_TRAIN / batch))
     ll, errs, thetas = [], [], []
     for t in range(1, n + 1):
         with np.errstate(over="ignore", invalid="ignore"):
-            st = s.step(st, tgt, rng)
+            st, _ = s.step(st, tgt, rng)
         if t % every == 0:
             l, e = evaluate(st.theta); ll.append(l); errs.append(e); thetas.append(st.theta.copy())
     return st.theta, np.array(ll), np.array(errs), np.array(thetas)

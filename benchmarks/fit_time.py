@@ -37,6 +37,7 @@ from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from skbayes_sg import SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg._chains import run_chain  # noqa: E402
+from skbayes_sg.samplers import FitContext  # noqa: E402
 from skbayes_sg._estimator import _map_estimate  # noqa: E402
 from skbayes_sg._geometry import Geometry  # noqa: E402
 from skbayes_sg.models import LogisticModel, SoftmaxModel  # noqa: E402
@@ -115,7 +116,7 @@ def part_step():
             sampler = get_sampler(name)
             costs[name] = best_of(lambda: run_chain(
                 sampler, chain_model, start, 2000, 0, 1, 10, batch, "replacement", np.random.SeedSequence(0),
-                step_size=est.diagnostics_["step_size"], control_variate=cv)) / 2000
+                context=FitContext(step=(est.diagnostics_["step_size"], {})), control_variate=cv)) / 2000
         for name, cost in costs.items():
             emit({"part": "step", "problem": "a9a", "batch_size": batch, "sampler": name,
                   "seconds_per_iter": cost, "ratio_to_sghmc": cost / costs["sghmc"]})

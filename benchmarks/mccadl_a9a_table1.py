@@ -57,11 +57,11 @@ def expected_log_loss(thetas, X, y):
 def run(sampler, model, theta0, h, n_iter, thin, seed):
     rng = np.random.default_rng(seed)
     target = MinibatchGradient(model, BATCH)
-    state = sampler.init_state(theta0.copy(), target, rng, h)
+    state = sampler.init_state(theta0.copy(), target, rng)
     n_burn = n_iter // 5
     kept = []
     for t in range(n_iter):
-        state = sampler.step(state, target, rng)
+        state, _ = sampler.step(state, target, rng)
         if t % 16 == 0 and not np.isfinite(state.theta).all():
             return None
         if t >= n_burn and (t - n_burn) % thin == 0:

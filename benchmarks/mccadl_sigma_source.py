@@ -53,6 +53,7 @@ from _reference import load_reference, make_problem  # noqa: E402
 
 from skbayes_sg import DivergenceError, SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg._chains import run_chain  # noqa: E402
+from skbayes_sg.samplers import FitContext  # noqa: E402
 from skbayes_sg._estimator import _map_estimate  # noqa: E402
 from skbayes_sg._geometry import Geometry  # noqa: E402
 from skbayes_sg.models import LogisticModel  # noqa: E402
@@ -79,12 +80,12 @@ class SmallSigmaMCCAdL(MCCAdL):
         super().__init__(step_size=step_size, preconditioner=preconditioner, sigma_estimate="independent")
         self.sigma_fraction = sigma_fraction
 
-    def _sigma_gradients(self, state, target, theta, rng, scale=None):
-        rows, _ = target._next_rows(rng)
-        m = max(2, int(round(self.sigma_fraction * target.batch_size)))
+    def _sigma_gradients(self, state, grad_estimator, theta, rng, scale=None):
+        rows, _ = grad_estimator._next_rows(rng)
+        m = max(2, int(round(self.sigma_fraction * grad_estimator.batch_size)))
         rows = rows[:m] if isinstance(rows, np.ndarray) else slice(rows.start, rows.start + m)
-        grads = target._per_example(theta, rows)
-        target._count(grads)
+        grads = grad_estimator._per_example(theta, rows)
+        grad_estimator._count(grads)
         return grads
 
 
@@ -160,7 +161,7 @@ def time_per_iteration(est, X, y, n_iter=3000, repeats=3):
     for _ in range(repeats):
         t0 = time.perf_counter()
         run_chain(est._sampler, chain_model, start, n_iter, 0, 1, 10, batch, "replacement",
-                  np.random.SeedSequence(0), step_size=est.diagnostics_["step_size"], control_variate=cv)
+                  np.random.SeedSequence(0), FitContext(step=(est.diagnostics_["step_size"], {})), control_variate=cv)
         best = min(best, (time.perf_counter() - t0) / n_iter)
     return best
 

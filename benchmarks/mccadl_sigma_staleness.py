@@ -28,6 +28,7 @@ from threadpoolctl import threadpool_limits
 
 from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg._chains import ChainRunner
+from skbayes_sg.samplers import FitContext
 from skbayes_sg.models import LogisticModel
 from skbayes_sg.samplers import MCCAdL
 from skbayes_sg.samplers._expmv import _centred_gram
@@ -45,7 +46,7 @@ def changes(runner, rows):
     for _ in range(2000):
         runner.advance(1)
         thetas.append(runner.state.theta.copy())
-    target = runner.target
+    target = runner.grad_estimator
     cache = {}
 
     def sigma(t):
@@ -79,15 +80,16 @@ def main():
         h = est.diagnostics_["step_size"]
         start = np.random.default_rng(1).standard_normal(model.n_params)
         runner = ChainRunner(est._sampler, chain_model, start, 10**9, 0, 10**6, 10, 500, "replacement",
-                             np.random.SeedSequence(0), h, geometry.control_variate(chain_model))
-        rows = runner.target._rows_dist.draw(rows_rng, ROWS)
+                             np.random.SeedSequence(0), FitContext(step=(h, {})),
+                             geometry.control_variate(chain_model))
+        rows = runner.grad_estimator._rows_dist.draw(rows_rng, ROWS)
         out.append({"setting": "default", "h": h, "batch": 500, **changes(runner, rows)})
         print(json.dumps(out[-1]), flush=True)
         sampler = MCCAdL(preconditioner="none")
         theta0 = np.zeros(model.n_params)
         for h in (1e-4, sampler.resolve_step_size(model, theta0)[0]):
             runner = ChainRunner(sampler, model, theta0, 10**9, 0, 10**6, 10, 500, "replacement",
-                                 np.random.SeedSequence(0), h)
+                                 np.random.SeedSequence(0), FitContext(step=(h, {})))
             rows = rows_rng.integers(0, X.shape[0], ROWS)
             out.append({"setting": "plain", "h": h, "batch": 500, **changes(runner, rows)})
             print(json.dumps(out[-1]), flush=True)

@@ -46,6 +46,7 @@ from threadpoolctl import threadpool_limits
 
 from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg._chains import ChainRunner
+from skbayes_sg.samplers import FitContext
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LogisticModel
 from skbayes_sg.samplers import SGLD, CCAdL, MCCAdL, SGHMC, SGNHT
@@ -72,10 +73,10 @@ def best_of_rounds(chains, rounds, steps, step):
 
 
 def c_step_stats(state):
-    n = max(state.extra.get("n_steps", 0), 1)
-    return {"c_step_products_per_iter": round(state.extra["c_products"] / n, 2),
-            "c_step_lanczos_fraction": round(state.extra["sigma_norm_cache"].get("n_lanczos", 0) / n, 3),
-            "sigma_minibatches_per_iter": round(state.extra.get("sigma_minibatches", 0) / n, 3)}
+    summary = state.summary()
+    return {"c_step_products_per_iter": round(summary["c_step_products_per_iter"], 2),
+            "c_step_lanczos_fraction": round(summary["c_step_lanczos_fraction"], 3),
+            "sigma_minibatches_per_iter": round(summary["sigma_minibatches_per_iter"], 3)}
 
 
 def plain_rows(model, rounds, steps):
@@ -91,15 +92,15 @@ def plain_rows(model, rounds, steps):
             h = sampler.resolve_step_size(model, theta0)[0] if h_mode == "auto" else h_mode
             rng = np.random.default_rng(0)
             target = MinibatchGradient(model, BATCH)
-            state = sampler.init_state(theta0, target, rng, h)
+            state = sampler.init_state(theta0, target, rng, FitContext(step=(h, {})))
             for _ in range(100):
-                state = sampler.step(state, target, rng)
+                state, _ = sampler.step(state, target, rng)
             chains[cls if isinstance(cls, str) else cls.__name__] = [sampler, state, target, rng, h]
 
         def step(chain, n):
             sampler, state, target, rng = chain[:4]
             for _ in range(n):
-                state = sampler.step(state, target, rng)
+                state, _ = sampler.step(state, target, rng)
             chain[1] = state
 
         with threadpool_limits(limits=1, user_api="blas"):
@@ -135,7 +136,8 @@ def default_chains(X, y, model, batch):
         n, h = est.diagnostics_["batch_size"], est.diagnostics_["step_size"]
         start = np.random.default_rng(1).standard_normal(model.n_params)  # a Laplace draw, as fits start
         runner = ChainRunner(est._sampler, chain_model, start, 10**9, 0, 10**6, 10, n, "replacement",
-                             np.random.SeedSequence(0), h, geometry.control_variate(chain_model))
+                             np.random.SeedSequence(0), FitContext(step=(h, {})),
+                             geometry.control_variate(chain_model))
         chains[name] = (runner, n, h)
     return chains
 

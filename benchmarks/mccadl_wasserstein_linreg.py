@@ -64,12 +64,12 @@ def w2_gaussian(m1, S1, m2, S2_half):
 def run(sampler, model, h, n_iter, every, m, S_half, seed):
     rng = np.random.default_rng(seed)
     target = MinibatchGradient(model, BATCH)
-    state = sampler.init_state(m.copy(), target, rng, h)
+    state = sampler.init_state(m.copy(), target, rng)
     draws = np.empty((n_iter, D))
     curve = []
     per_pass = N / BATCH
     for t in range(n_iter):
-        state = sampler.step(state, target, rng)
+        state, _ = sampler.step(state, target, rng)
         draws[t] = state.theta
         if not np.isfinite(state.theta).all() or np.abs(state.theta).max() > 1e8:
             curve.append((round((t + 1) / per_pass, 2), float("inf")))

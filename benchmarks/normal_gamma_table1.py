@@ -65,7 +65,7 @@ def main():
             for name, cls in SAMPLERS.items():
                 t0 = time.perf_counter()
                 res = run_chain(cls(step_size=h, friction=A), model, np.array([0.0, 1.0]), n_iter, n_iter // 5,
-                                1, n_iter, 10, "replacement", np.random.SeedSequence(args.seed), step_size=h)
+                                1, n_iter, 10, "replacement", np.random.SeedSequence(args.seed))
                 d = res.draws
                 ess = ess_bulk(d[None])
                 row = {

@@ -32,6 +32,7 @@ from threadpoolctl import threadpool_limits
 
 from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg._chains import run_chain
+from skbayes_sg.samplers import FitContext
 from skbayes_sg.models import LogisticModel
 from skbayes_sg.samplers import SAMPLERS
 
@@ -51,7 +52,7 @@ def time_chain(sampler, model, n_steps, scheme, h):
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
         res = run_chain(sampler, model, np.zeros(model.n_params), n_steps, n_steps // 5, 10, 1000, BATCH, scheme,
-                        np.random.SeedSequence(0), step_size=h)
+                        np.random.SeedSequence(0), FitContext(step=(h, {})))
     seconds = time.perf_counter() - t0
     assert np.isfinite(res.draws).all()
     return seconds

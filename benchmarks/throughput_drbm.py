@@ -84,9 +84,9 @@ class _Variant:
                 sampler = samplers.SAMPLERS[name](step_size=h, friction=A)
                 srng = np.random.default_rng(0)
                 target = minibatch.MinibatchGradient(self.model, batch, "replacement")
-                state = sampler.init_state(self.theta0.copy(), target, srng, h)
+                state = sampler.init_state(self.theta0.copy(), target, srng)
                 for _ in range(warmup):
-                    state = sampler.step(state, target, srng)
+                    state, _ = sampler.step(state, target, srng)
                 self.chains[name] = [sampler, state, target, srng]
         self.times = {}
 
@@ -108,7 +108,7 @@ class _Variant:
             sampler, state, target, rng = chain
 
             def step():
-                chain[1] = sampler.step(chain[1], target, rng)
+                chain[1] = sampler.step(chain[1], target, rng)[0]
 
             self._time(f"{name}_ms_per_iter", step, n)
 
