@@ -440,8 +440,8 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
                     # or longer if the rounds' typical cost would exceed ROUND_OVERHEAD of
                     # it; never below the first round.
                     seconds = max(round_seconds, float(np.median(overheads)) / ROUND_OVERHEAD if overheads else 0.0)
-                    target = step * seconds / elapsed if elapsed > 0 else np.inf
-                    chunk = int(max(_FIRST_ROUND, min(_MAX_ROUND_GROWTH * step, target)))
+                    wanted = step * seconds / elapsed if elapsed > 0 else np.inf
+                    chunk = int(max(_FIRST_ROUND, min(_MAX_ROUND_GROWTH * step, wanted)))
     except ChainsInterrupted:
         raise
     except KeyboardInterrupt:

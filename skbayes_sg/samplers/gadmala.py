@@ -252,7 +252,7 @@ class GadRWM(GadSampler):
         beta diag(1 / L_ii)                                     otherwise
 
     and ``beta`` steers the acceptance rate to ``target_accept`` (Algorithm 1). The
-    gradient of the target is used by the adaptation only; after burn-in an iteration is
+    gradient of the log posterior is used by the adaptation only; after burn-in an iteration is
     one product ``L epsilon``, O(P^2).
 
     Parameters
