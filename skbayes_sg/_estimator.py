@@ -371,6 +371,7 @@ class BaseSGBayes(BaseEstimator):
                                       start_at_map=isinstance(self.init, str) and self.init == "map")
             chain_model = geometry.chain_model(model)
             starts = Geometry.to_chain(chain_model, self._initial_points(model))
+            initial_factor = None
             if geometry.L is not None and isinstance(self.init, str) and self.init == "map":
                 # Chains start at draws of the Laplace approximation, N(0, I) in whitened
                 # coordinates: already near stationarity, and dispersed so that R-hat can
@@ -380,7 +381,8 @@ class BaseSGBayes(BaseEstimator):
                 # The adaptive samplers' proposal starts from L0 L0' = H^-1 at the MAP, computed
                 # once for all chains; the chains start at draws of N(theta_map, L0 L0'), for
                 # the same reasons (their burn-in is then only their adaptation).
-                L0, _ = sampler.fix_initial_factor(chain_model, starts[0])
+                initial_factor = sampler.fix_initial_factor(chain_model, starts[0])
+                L0 = initial_factor[0]
                 if L0 is not None:
                     z = self._start_rng().standard_normal(starts.shape)
                     starts = starts + (z @ L0.T if L0.ndim == 2 else z * L0)
@@ -400,7 +402,7 @@ class BaseSGBayes(BaseEstimator):
             # The sampler resolves its step size from these measurements in its init_state, once
             # for all the chains (FitContext.step).
             context = FitContext(chain_model, curvature_at, lambda_max=lam, sigma_max=sigma_max,
-                                 scale=self._auto_step_scale(sampler))
+                                 scale=self._auto_step_scale(sampler), initial_factor=initial_factor)
             fit_round = 0
             progress = None
         self._fit_map = None

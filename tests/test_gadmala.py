@@ -601,9 +601,11 @@ def test_fixed_initial_factor_is_used_wherever_the_chain_starts():
     model = small_logistic()
     theta_map = np.array([0.4, -0.8, 0.1])
     sampler = GadMALA()
-    L0, c = sampler.fix_initial_factor(model, theta_map)
+    L0, c = factor = sampler.fix_initial_factor(model, theta_map)
     np.testing.assert_allclose(L0, np.linalg.cholesky(np.linalg.inv(model.hessian(theta_map))), rtol=1e-10)
-    state = sampler.init_state(np.array([2.0, 1.0, -1.0]), MinibatchGradient(model, None), np.random.default_rng(0))
+    state = sampler.init_state(np.array([2.0, 1.0, -1.0]), MinibatchGradient(model, None), np.random.default_rng(0),
+                               FitContext(initial_factor=factor))
+    assert sampler.get_params() == GadMALA().get_params() and not hasattr(sampler, "_fixed_factor")
     np.testing.assert_array_equal(state.L0, L0)
     assert c == sampler._optimal_scale(3) and np.allclose(state.L, c * np.eye(3))
 

@@ -285,39 +285,40 @@ class GadSampler(BaseSampler):
         return None, float(self.init_scale)
 
     def fix_initial_factor(self, model, theta):
-        """Give every chain the initial factor of the curvature at ``theta``, computed once.
+        """The initial factor of the curvature at ``theta``, for every chain of a fit.
 
         The estimators call it with the MAP when their chains start at draws of the Laplace
-        approximation around it (``init="map"``): the proposal of every chain then starts
-        from the MAP's curvature, not from that at its own start, and the Hessian and its
-        Cholesky factor are computed once per fit instead of once per chain.
+        approximation around it (``init="map"``) and pass the result to the chains'
+        :meth:`init_state` as ``FitContext.initial_factor``: the proposal of every chain
+        then starts from the MAP's curvature, not from that at its own start, and the
+        Hessian and its Cholesky factor are computed once per fit instead of once per chain.
 
         Returns
         -------
         (L0, m0) : tuple
             As :meth:`initial_factor`; ``L0`` is None unless ``init_scale="map"``.
         """
-        self._fixed_factor = self.initial_factor(np.size(theta), model, np.asarray(theta, dtype=float))
-        return self._fixed_factor
+        return self.initial_factor(np.size(theta), model, np.asarray(theta, dtype=float))
 
     def init_state(self, theta0, grad_estimator, rng, context=None):
         """State at ``theta0``: ``L = L0 M`` with ``M = m0 I`` (:meth:`initial_factor`), ``beta = 1``.
 
-        ``L0`` and ``m0`` are those of :meth:`fix_initial_factor` when it was called, else
-        taken at ``theta0`` from the curvature of ``context.model`` (a
-        :class:`~._step_size.FitContext`; needed unless ``init_scale`` is None or a number).
+        ``L0`` and ``m0`` are ``context.initial_factor`` when the fit fixed one for every chain
+        (:meth:`fix_initial_factor`), else taken at ``theta0`` from the curvature of
+        ``context.model`` (a :class:`~._step_size.FitContext`; needed unless ``init_scale`` is
+        None or a number).
         Evaluates the full-data log posterior and its gradient at ``theta0`` once; both are
         cached in the state and refreshed only when a proposal is accepted.
         """
         theta = np.array(theta0, dtype=float)
         n = theta.size
-        fixed = getattr(self, "_fixed_factor", None)
+        fixed = None if context is None else context.initial_factor
         if fixed is None:
             model = None if context is None else context.model
             if model is None and isinstance(self.init_scale, str):
                 raise ValueError(f"{type(self).__name__}(init_scale={self.init_scale!r}).init_state needs the "
-                                 "posterior's curvature: pass context=FitContext(model) or call "
-                                 "fix_initial_factor(model, theta) first.")
+                                 "posterior's curvature: pass context=FitContext(model), or "
+                                 "FitContext(initial_factor=sampler.fix_initial_factor(model, theta)).")
             fixed = self.initial_factor(n, model, theta)
         L0, scale = fixed
         full = self.cholesky == "full"

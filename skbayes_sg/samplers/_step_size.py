@@ -57,6 +57,10 @@ class FitContext:
         Largest eigenvalue of the chains' gradient-noise covariance (None: full data).
     scale : float, default=1.0
         Multiplier of the curvature step's constant (an estimator's ``_auto_step_scale``).
+    initial_factor : tuple (L0, m0) or None
+        The adaptive samplers' initial proposal factor when the fit fixes one for every
+        chain (:meth:`~._gad_common.GadSampler.fix_initial_factor`, at the MAP); None: each
+        chain takes the curvature at its own start.
     step : tuple (float, dict) or None
         ``(h, info)`` once resolved, ``info`` as :meth:`~._base.BaseSampler.resolve_step_size`
         returns it (the estimators report both in ``diagnostics_``).
@@ -67,6 +71,7 @@ class FitContext:
     lambda_max: float = None
     sigma_max: float = None
     scale: float = 1.0
+    initial_factor: tuple = None
     step: tuple = None
 
 
