@@ -214,7 +214,7 @@ def test_sigma_from_an_independent_minibatch_removes_the_correlation_bias():
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "always", None])
 def test_bad_sigma_refresh_raises(bad):
-    with pytest.raises(ValueError, match="sigma_refresh must be 'auto' or an integer >= 1"):
+    with pytest.raises(ValueError, match=r"'sigma_refresh' parameter of MCCAdL must be an int in the range \[1, inf\) or a str among \{'auto'\}"):
         MCCAdL(sigma_refresh=bad).validate()
 
 
