@@ -125,7 +125,8 @@ def main():
     # One BLAS thread, as the estimator's chains run: on a shared machine threads only add noise.
     from threadpoolctl import threadpool_limits
 
-    from skbayes_sg import minibatch as head_minibatch, samplers as head_samplers
+    from skbayes_sg import minibatch as head_minibatch
+    from skbayes_sg import samplers as head_samplers
     from skbayes_sg.models import drbm as head_drbm
 
     X, y, C, batch = _load(args.data)

@@ -557,8 +557,9 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
 
         Each call targets the posterior given *all the data seen so far*: the chains
         continue from their states for ``n_iter`` more iterations (with ``"auto"``, until this
-        call's draws meet its targets; burn-in only on the first call), with minibatches drawn from all the data seen, ``N`` growing as chunks arrive,
-        and an ``"auto"`` step size re-set for the larger ``N``. ``samples_`` then holds this
+        call's draws meet its targets; burn-in only on the first call), with minibatches
+        drawn from all the data seen, ``N`` growing as chunks arrive, and an ``"auto"`` step
+        size re-set for the larger ``N``. ``samples_`` then holds this
         call's draws. The estimator keeps the data seen (the posterior depends on all of
         it), so memory grows with it; a ``fit`` starts over. After a ``fit`` (which keeps no
         data), ``partial_fit`` continues its chains, with the data seen starting at this

@@ -112,6 +112,7 @@ def test_verbose_progress_bar_does_not_change_the_draws(cancer, capsys, n_jobs):
 
 def test_plain_progress_bar_without_tqdm(monkeypatch, capsys):
     import builtins
+
     from skbayes_sg._progress import progress_bar
 
     real_import = builtins.__import__
@@ -340,8 +341,8 @@ def test_bad_targets():
 @pytest.mark.parametrize("params, error, match", [
     ({"sampler": "nuts"}, ValueError, "Unknown sampler 'nuts'"),
     ({"sampler": 3}, TypeError, "'sampler' parameter"),
-    ({"sampler": SGLD(step_size=-1.0)}, ValueError, r"'step_size' parameter of SGLD must be a float in the range \(0.0, inf\)"),
-    ({"sampler": SGHMC(friction=0.0)}, ValueError, r"'friction' parameter of SGHMC must be a float in the range \(0.0, inf\)"),
+    ({"sampler": SGLD(step_size=-1.0)}, ValueError, r"'step_size' parameter of SGLD must be a float in the range \(0"),
+    ({"sampler": SGHMC(friction=0.0)}, ValueError, r"'friction' parameter of SGHMC must be a float in the range \(0"),
     ({"burn_in": 300}, ValueError, "burn_in must be below n_iter"),
     ({"burn_in": 1.5}, ValueError, "'burn_in' parameter"),
     ({"n_iter": 0}, ValueError, "'n_iter' parameter"),

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 import pytest

@@ -3,15 +3,14 @@
 import numpy as np
 import pytest
 
+from skbayes_sg.diagnostics import mcse_mean
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LinearRegressionModel, NormalGammaModel
-from skbayes_sg.samplers import SAMPLERS, MCCAdL, SGHMC, SGLD, SGNHT, CCAdL, get_sampler
+from skbayes_sg.samplers import SAMPLERS, SGHMC, SGLD, SGNHT, CCAdL, MCCAdL, get_sampler
 from skbayes_sg.samplers._step_size import largest_curvature
 from skbayes_sg.samplers._substeps import ou_euler, ou_exact, thermostat
-from skbayes_sg.diagnostics import mcse_mean
 
-from ._exact import (CASES, Z_MAX, assert_matches_gaussian, conjugate_regression, predicted_moments, sample,
-                     worst_z)
+from ._exact import CASES, Z_MAX, assert_matches_gaussian, conjugate_regression, predicted_moments, sample, worst_z
 
 # -- sub-steps --------------------------------------------------------------------------
 
