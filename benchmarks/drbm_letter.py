@@ -35,7 +35,8 @@ runs configurations in parallel processes (one BLAS thread each).
 Prints one JSON object per line (one per configuration, one per reference model) and saves
 ``benchmarks/results/drbm_letter[_tag].png`` and ``.json``. Usage::
 
-    python benchmarks/drbm_letter.py [--passes 100] [--quick] [--samplers sghmc,sgnht,mccadl] [--ccadl] [--resume] [--n-jobs 2]
+    python benchmarks/drbm_letter.py [--passes 100] [--quick] [--samplers sghmc,sgnht,mccadl] [--ccadl] \
+        [--resume] [--n-jobs 2]
 """
 
 import argparse

@@ -8,10 +8,15 @@ and with noise; it moves by about 0.02 (0.47 -> 0.45), so the plateau near 0.45 
 the posterior (prior N(0, I), T = 1), not to the sampler. Prints JSON lines; the committed
 output is benchmarks/results/drbm_letter_bias.jsonl. Run: python benchmarks/drbm_letter_bias.py
 """
-import sys, json, time
+import json
+import sys
+import time
+
 import numpy as np
+
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from drbm_letter import load_letter, H, BATCH, N_TRAIN
+from drbm_letter import BATCH, N_TRAIN, H, load_letter
+
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models.drbm import DRBMModel
 from skbayes_sg.samplers import SAMPLERS
@@ -33,7 +38,10 @@ def run(theta, name, h, A, passes, seed, batch=BATCH, every=10):
         with np.errstate(over="ignore", invalid="ignore"):
             st, _ = s.step(st, tgt, rng)
         if t % every == 0:
-            l, e = evaluate(st.theta); ll.append(l); errs.append(e); thetas.append(st.theta.copy())
+            l, e = evaluate(st.theta)
+            ll.append(l)
+            errs.append(e)
+            thetas.append(st.theta.copy())
     return st.theta, np.array(ll), np.array(errs), np.array(thetas)
 theta0 = model.initial_point()
 t0=time.time()
@@ -44,5 +52,6 @@ for name, h, A, passes, batch in [("mccadl", 0.02, 10.0, 100, BATCH), ("mccadl",
     t0=time.time()
     _, ll, er, ths = run(th, name, h, A, passes, 1, batch=batch)
     half = len(ll)//2
-    m = ths[half:].mean(0); lm, em = evaluate(m)
+    m = ths[half:].mean(0)
+    lm, em = evaluate(m)
     print(json.dumps({"stage": f"{name} h={h} A={A} batch={batch} {passes} passes from warm", "draw_ll_first_half": ll[:half].mean(), "draw_ll_second_half": ll[half:].mean(), "draw_err_second_half": er[half:].mean(), "posterior_mean_theta_err": em, "posterior_mean_theta_ll": lm, "s": time.time()-t0}), flush=True)

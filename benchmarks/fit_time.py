@@ -28,7 +28,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _reference import make_problem  # noqa: E402
-
 from sklearn.datasets import load_breast_cancer  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.model_selection import GridSearchCV  # noqa: E402

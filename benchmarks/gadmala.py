@@ -244,7 +244,7 @@ def mean_rows(rows):
     for r in rows:
         groups.setdefault((r["problem"], r["method"]), []).append(r)
     out = []
-    for (problem, method), rs in groups.items():
+    for rs in groups.values():
         row = dict(rs[0])
         for k, v in rs[0].items():
             if isinstance(v, float) and k not in ("seed", "load_avg_1min"):

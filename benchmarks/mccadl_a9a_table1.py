@@ -36,7 +36,7 @@ from scipy.special import log_expit
 from skbayes_sg._estimator import _map_estimate
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LogisticModel
-from skbayes_sg.samplers import CCAdL, MCCAdL, SGHMC, SGNHT
+from skbayes_sg.samplers import SGHMC, SGNHT, CCAdL, MCCAdL
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"

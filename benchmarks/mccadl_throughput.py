@@ -49,7 +49,7 @@ from skbayes_sg._chains import ChainRunner
 from skbayes_sg.samplers import FitContext
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LogisticModel
-from skbayes_sg.samplers import SGLD, CCAdL, MCCAdL, SGHMC, SGNHT
+from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, MCCAdL
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mccadl_sigma_source import SmallSigmaMCCAdL  # noqa: E402
@@ -105,7 +105,7 @@ def plain_rows(model, rounds, steps):
 
         with threadpool_limits(limits=1, user_api="blas"):
             best = best_of_rounds(chains, rounds, steps, step)
-        for name, (sampler, state, _, _, h) in chains.items():
+        for name, (_, state, _, _, h) in chains.items():
             row = {"library": "skbayes_sg", "setting": "plain", "h_mode": h_mode, "sampler": name, "h": h,
                    "batch": BATCH, "us_per_step": round(1e6 * best[name], 1),
                    "steps_per_s": round(1.0 / best[name]), "ratio_to_sghmc": round(best[name] / best["SGHMC"], 2)}

@@ -34,7 +34,7 @@ import numpy as np
 
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LinearRegressionModel
-from skbayes_sg.samplers import CCAdL, MCCAdL, SGHMC, SGNHT
+from skbayes_sg.samplers import SGHMC, SGNHT, CCAdL, MCCAdL
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLERS = {"SGHMC": SGHMC, "SGNHT": SGNHT, "CCAdL": CCAdL, "mCCAdL": MCCAdL}

@@ -27,7 +27,7 @@ import numpy as np
 from skbayes_sg._chains import run_chain
 from skbayes_sg.diagnostics import ess_bulk
 from skbayes_sg.models import NormalGammaModel
-from skbayes_sg.samplers import CCAdL, MCCAdL, SGHMC, SGNHT
+from skbayes_sg.samplers import SGHMC, SGNHT, CCAdL, MCCAdL
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLERS = {"SGHMC": SGHMC, "SGNHT": SGNHT, "CCAdL": CCAdL, "mCCAdL": MCCAdL}

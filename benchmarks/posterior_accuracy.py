@@ -391,7 +391,8 @@ def markdown_tables(records):
             lines.append(
                 f"| {r['N']:.0e} | {r['D']} | {r['variant']} | {r['sampler']} | {r['config']} | "
                 f"{_fmt(r.get('max_z_weights', r['max_z']))} | {_fmt(ln.get('z'))} | "
-                f"{_fmt(rng_w[0])}-{_fmt(rng_w[1])} ({_fmt(r['sd_ratio_mean'])}) | {_fmt(ln.get('sd_ratio'))} | {_fmt(r['mcse_med'])} | "
+                f"{_fmt(rng_w[0])}-{_fmt(rng_w[1])} ({_fmt(r['sd_ratio_mean'])}) | {_fmt(ln.get('sd_ratio'))} | "
+                f"{_fmt(r['mcse_med'])} | "
                 f"{_fmt(r['ess_min'])} | {_fmt(r['rhat_max'])} | {_fmt(r.get('step_size'))} | "
                 f"{_fmt(r.get('noise_eigenvalue'))} | {_fmt(r.get('batch_size'))} | "
                 f"{r.get('gradient')}/{r.get('preconditioner')} | {_fmt(r['seconds'])} | "

@@ -35,8 +35,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_info
 
-from skbayes_sg import SGBayesLogisticRegression
-from skbayes_sg import diagnostics
+from skbayes_sg import SGBayesLogisticRegression, diagnostics
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 OUT = Path(__file__).parent / "results" / "predict_time.json"

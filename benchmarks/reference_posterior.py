@@ -45,8 +45,7 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-from _reference import (PROBLEMS, RESULTS_DIR, make_problem, prior_precision, problem_prior,  # noqa: E402
-                        reference_path)
+from _reference import PROBLEMS, RESULTS_DIR, make_problem, prior_precision, problem_prior, reference_path  # noqa: E402
 
 from skbayes_sg.diagnostics import ess_bulk, ess_tail, mcse_mean, split_rhat  # noqa: E402
 from skbayes_sg.models import LogisticModel  # noqa: E402

@@ -67,7 +67,7 @@ def main():
     out = {}
     for kind in ("minibatch", "control_variate", "full"):
         fns = []
-        for name, (chain, plain, cv) in runs.items():
+        for chain, plain, cv in runs.values():
             rng = np.random.default_rng(1)
             if kind == "minibatch":
                 fns.append(lambda plain=plain, rng=rng: plain.gradient(z, rng))

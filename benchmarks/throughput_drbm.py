@@ -6,9 +6,7 @@ replacement. Every sampler runs ``--warmup`` iterations from the same random sta
 the covariance seen by mCCAdL's C step is that of a chain under way, not of the start),
 then ``--iters`` timed iterations; the time per iteration is the median over the timed
 ones. Also timed: one minibatch gradient (the structured per-example operator built and
-its mean taken) and one product with the noise covariance ``Sigma v`` (two operator
-products), the two building blocks; and the operator's memory against the n x P matrix
-it replaces.
+its mean taken), the full-data gradient and a 20-draw prediction.
 
 The kernel's precision (``--dtype float64 float32``, the model's ``dtype``) is timed, and
 ``--base PATH`` times the package at ``PATH`` (a checkout of an earlier commit, imported
@@ -75,8 +73,6 @@ class _Variant:
         self.theta0 = self.model.initial_point()
         rng = np.random.default_rng(1)
         self.idx = rng.integers(0, X.shape[0], batch)
-        self.grads = self.model.per_example_gradients(self.theta0, self.idx)
-        self.v = rng.standard_normal(self.model.n_params)
         self.Xp = X[:1000]
         self.chains = {}
         for name in ("sghmc", "sgnht", "ccadl", "mccadl"):
@@ -101,7 +97,6 @@ class _Variant:
         self._time("gradient_ms", lambda: m.per_example_gradients(t, self.idx).mean(), 3)
         self._time("full_gradient_ms", lambda: m.log_likelihood_and_grad(t))
         self._time("predict_20_draws_ms", lambda: m.log_proba_draws(np.tile(t, (20, 1)), self.Xp))
-        self._time("covariance_matvec_ms", lambda: self.grads.covariance_matvec(self.v), 5)
 
     def iterate(self, n):
         for name, chain in self.chains.items():
@@ -130,7 +125,8 @@ def main():
     # One BLAS thread, as the estimator's chains run: on a shared machine threads only add noise.
     from threadpoolctl import threadpool_limits
 
-    from skbayes_sg import minibatch as head_minibatch, samplers as head_samplers
+    from skbayes_sg import minibatch as head_minibatch
+    from skbayes_sg import samplers as head_samplers
     from skbayes_sg.models import drbm as head_drbm
 
     X, y, C, batch = _load(args.data)

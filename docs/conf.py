@@ -34,7 +34,8 @@ extensions = [
 ]
 
 templates_path = ["_templates"]
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "requirements.txt", "build.sh"]
+# architecture_*.rst are sections of architecture.rst (pulled in by ``.. include::``), not pages.
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "requirements.txt", "build.sh", "architecture_*.rst"]
 # No network in CI: no intersphinx. Cross-references to scikit-learn are written as text.
 default_role = "literal"
 # numpydoc renames each docstring's References citations; an unreferenced one (a reference

@@ -11,7 +11,8 @@ latter is the mutual information between the label and the weights,
 
 .. math::
 
-    \\mathrm{MI}(x) = H\\big[\\bar p(y \\mid x)\\big] - \\frac{1}{S} \\sum_{s=1}^{S} H\\big[p(y \\mid x, \\theta_s)\\big],
+    \\mathrm{MI}(x) = H\\big[\\bar p(y \\mid x)\\big]
+        - \\frac{1}{S} \\sum_{s=1}^{S} H\\big[p(y \\mid x, \\theta_s)\\big],
 
 computed from the per-draw probabilities of :meth:`~skbayes_sg.SGBayesLogisticRegression.predict_proba_samples`.
 It is large where the data say little: away from the training points and along the boundary.

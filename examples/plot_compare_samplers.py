@@ -27,7 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from skbayes_sg import DivergenceError, GradientNoiseWarning, SGBayesLinearRegression
 from skbayes_sg.diagnostics import ess_bulk
-from skbayes_sg.samplers import CCAdL, GadMALA, MCCAdL, SGHMC, SGLD, SGNHT
+from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, GadMALA, MCCAdL
 
 QUICK = os.environ.get("SKBAYES_SG_DOCS_QUICK", "0") not in ("", "0")
 N_ITER = 1500 if QUICK else 10000
@@ -67,7 +67,7 @@ for name, (sampler, batch_size) in samplers.items():
     fits[name] = (reg, time.perf_counter() - t0)
 
 print(f"{'sampler':<22}{'step h':>9}{'ESS/1000 grads':>16}{'max |sd err|':>14}{'max |mean err|/sd':>19}")
-for name, (reg, seconds) in fits.items():
+for name, (reg, _seconds) in fits.items():
     draws = reg.samples_
     ess = ess_bulk(draws)
     per_k = 1000 * ess.min() / reg.diagnostics_["n_grad_evals"]

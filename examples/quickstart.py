@@ -8,7 +8,6 @@ read what only the Bayesian model gives: the posterior predictive probability of
 test case with a 90% credible interval, from the per-draw probabilities.
 """
 
-import os
 import time
 
 import numpy as np

@@ -19,19 +19,6 @@ from ._estimator import BaseSGBayes, _check_target_length, epoch_permutation, va
 _LABEL_BLOCK = 2**16
 
 
-#: Docstring of the classifiers' ``class_weight`` parameter.
-CLASS_WEIGHT_DOC = """
-    class_weight : dict, "balanced" or None, default=None
-        Likelihood weights by class, as in ``LogisticRegression``: the log likelihood of a
-        row of class ``k`` is multiplied by ``class_weight[k]`` (classes missing from the
-        dict weigh 1), and by its ``sample_weight`` when ``fit`` is given one.
-        ``"balanced"`` weighs class ``k`` by ``n_samples / (n_classes * n_k)``, with ``n_k``
-        the class's (sample-weighted) count. In ``partial_fit`` the balanced weights are
-        computed over all the data seen so far, and recomputed with every chunk (the
-        estimator keeps the data seen, so the posterior is that of ``fit`` on all of it);
-        ``n_classes`` counts the classes seen so far. See :ref:`sample-weights`."""
-
-
 def _label_blocks(n):
     return (slice(start, min(start + _LABEL_BLOCK, n)) for start in range(0, n, _LABEL_BLOCK))
 

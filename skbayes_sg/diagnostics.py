@@ -51,7 +51,7 @@ import warnings
 
 import numpy as np
 from scipy import fft as _sp_fft
-from scipy import special, stats
+from scipy import special
 
 __all__ = ["split_rhat", "ess_bulk", "ess_tail", "mcse_mean", "summarize"]
 

@@ -17,7 +17,7 @@ from threadpoolctl import threadpool_limits
 from skbayes_sg._chains import run_chains
 from skbayes_sg.diagnostics import mcse_mean
 from skbayes_sg.models import LinearRegressionModel
-from skbayes_sg.samplers import CCAdL, MCCAdL, SGHMC, SGLD, SGNHT
+from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, MCCAdL
 
 #: Threshold of every |z| (estimate minus prediction, in MCSE). A check takes the worst of
 #: 2 P z-scores (a mean and an sd per coordinate, P = 4 here) plus at most two per-draw

@@ -9,7 +9,7 @@ from skbayes_sg._chains import run_chain
 from skbayes_sg.diagnostics import ess_bulk, mcse_mean
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel
-from skbayes_sg.samplers import CCAdL, SGHMC, SGNHT, get_sampler
+from skbayes_sg.samplers import SGHMC, SGNHT, CCAdL, get_sampler
 from skbayes_sg.samplers.ccadl import MAX_FULL_PARAMS, _empirical_covariance
 
 
@@ -93,9 +93,9 @@ def test_moving_average_is_mean_of_empirical_covariances():
         record = MinibatchGradient.gradient
 
         def spy(self, theta, rng_):
-            force, grads = record(self, theta, rng_)
+            force, grads = record(self, theta, rng_)  # noqa: B023 (called within this iteration)
             G = grads.to_dense()
-            Vs.append(np.cov(G.T) if kind == "full" else G.var(axis=0, ddof=1))
+            Vs.append(np.cov(G.T) if kind == "full" else G.var(axis=0, ddof=1))  # noqa: B023
             return force, grads
 
         grad_estimator.gradient = spy.__get__(grad_estimator)

@@ -112,6 +112,7 @@ def test_verbose_progress_bar_does_not_change_the_draws(cancer, capsys, n_jobs):
 
 def test_plain_progress_bar_without_tqdm(monkeypatch, capsys):
     import builtins
+
     from skbayes_sg._progress import progress_bar
 
     real_import = builtins.__import__
@@ -340,8 +341,8 @@ def test_bad_targets():
 @pytest.mark.parametrize("params, error, match", [
     ({"sampler": "nuts"}, ValueError, "Unknown sampler 'nuts'"),
     ({"sampler": 3}, TypeError, "'sampler' parameter"),
-    ({"sampler": SGLD(step_size=-1.0)}, ValueError, "step_size must be a positive"),
-    ({"sampler": SGHMC(friction=0.0)}, ValueError, "friction must be a positive"),
+    ({"sampler": SGLD(step_size=-1.0)}, ValueError, r"'step_size' parameter of SGLD must be a float in the range \(0"),
+    ({"sampler": SGHMC(friction=0.0)}, ValueError, r"'friction' parameter of SGHMC must be a float in the range \(0"),
     ({"burn_in": 300}, ValueError, "burn_in must be below n_iter"),
     ({"burn_in": 1.5}, ValueError, "'burn_in' parameter"),
     ({"n_iter": 0}, ValueError, "'n_iter' parameter"),
@@ -391,3 +392,34 @@ def test_features_whose_products_overflow_give_a_clear_error():
         warnings.simplefilter("error", RuntimeWarning)
         with pytest.raises(ValueError, match="Standardise the features"):
             SGBayesLogisticRegression(n_iter=20, init="zeros").fit(X, [0, 1])
+
+
+def _documented(cls, section):
+    """``{name: entry text}`` of a numpydoc section of ``cls``'s docstring."""
+    import re
+
+    doc = cls.__doc__
+    start = doc.index(f"\n    {section}\n    {'-' * len(section)}\n") + len(section) * 2 + 11
+    end = re.search(r"\n\n    \w[\w ]*\n    -+\n", doc[start:])
+    text = doc[start:start + end.start()] if end else doc[start:]
+    parts = re.split(r"^    (\w+) : ", text, flags=re.M)[1:]
+    return dict(zip(parts[::2], parts[1::2]))
+
+
+# Entries the estimators document differently on purpose (the DRBM's run-length defaults and
+# random start, the linear models' priors) or that the DRBM extends.
+_OWN_DOC = {"n_iter", "batch_size", "max_draws", "init", "alpha", "alpha_intercept", "fit_intercept", "coef_",
+            "intercept_", "coef_samples_", "intercept_samples_", "diagnostics_"}
+
+
+@pytest.mark.parametrize("section", ["Parameters", "Attributes"])
+def test_shared_entries_are_documented_alike(section):
+    # The estimators' docstrings are written out in full; the entries they share must not drift apart.
+    from skbayes_sg import SGBayesDRBMClassifier
+
+    docs = [_documented(cls, section)
+            for cls in (SGBayesLogisticRegression, SGBayesLinearRegression, SGBayesDRBMClassifier)]
+    assert len(docs[0]) > 5
+    for name in set().union(*docs) - _OWN_DOC:
+        texts = {d[name] for d in docs if name in d}
+        assert len(texts) == 1, name

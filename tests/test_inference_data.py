@@ -10,8 +10,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-from skbayes_sg import (SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression,
-                        to_inference_data)
+from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression, to_inference_data
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, SoftmaxModel
 from skbayes_sg.models.drbm import DRBMModel
 

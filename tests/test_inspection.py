@@ -2,8 +2,6 @@
 
 import numpy as np
 import pytest
-
-from skbayes_sg.samplers import MCCAdL
 from sklearn.datasets import load_breast_cancer
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import StandardScaler

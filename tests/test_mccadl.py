@@ -10,7 +10,7 @@ from skbayes_sg._chains import run_chain
 from skbayes_sg.diagnostics import ess_bulk, mcse_mean
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LinearRegressionModel, NormalGammaModel
-from skbayes_sg.samplers import MCCAdL, SGHMC, SGNHT, get_sampler
+from skbayes_sg.samplers import SGHMC, SGNHT, MCCAdL, get_sampler
 
 
 def _linreg_problem(seed=0, N=200, D=2, tau=1.0, alpha=1.0):
@@ -216,7 +216,8 @@ def test_sigma_from_an_independent_minibatch_removes_the_correlation_bias():
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "always", None])
 def test_bad_sigma_refresh_raises(bad):
-    with pytest.raises(ValueError, match="sigma_refresh must be 'auto' or an integer >= 1"):
+    match = r"'sigma_refresh' parameter of MCCAdL must be an int in the range \[1, inf\) or a str among \{'auto'\}"
+    with pytest.raises(ValueError, match=match):
         MCCAdL(sigma_refresh=bad).validate()
 
 

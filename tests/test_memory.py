@@ -18,10 +18,8 @@ import warnings
 import numpy as np
 import pytest
 
-from skbayes_sg import _classifier
+from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression, _classifier
 from skbayes_sg.models import glm
-
-from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg.samplers import SGLD
 
 N_FEATURES = 8

@@ -8,8 +8,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import InvalidParameterError
 
 import skbayes_sg._estimator as estimator_module
-from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
-from skbayes_sg import diagnostics
+from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression, diagnostics
 from skbayes_sg._estimator import BaseSGBayes
 
 #: The documented claim of n_predict_draws="auto": MC error at most 0.05 posterior sd.

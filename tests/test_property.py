@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 import pytest
@@ -338,6 +338,9 @@ def _own_warning(w):
 
 #: ValueError messages by the problem they name (the first pattern that matches).
 ERROR_CLASSES = [
+    # scikit-learn's InvalidParameterError, raised for estimators' and samplers' constraints
+    # (before the non-finite pattern: "the range (0.0, inf)" would match it).
+    ("parameter_constraint", r"The '\w+' parameter of \w+ must be"),
     ("non_finite_input", r"NaN|infinity|inf\b"),
     ("one_class", r"only one class|at least 2 classes"),
     ("too_few_samples", r"minimum of \d+ is required|n_samples=\d"),

@@ -21,8 +21,7 @@ from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLo
 from skbayes_sg._estimator import BaseSGBayes, _map_estimate
 from skbayes_sg._geometry import leverage_probabilities, weight_probabilities
 from skbayes_sg.minibatch import ControlVariateGradient, MinibatchGradient
-from skbayes_sg.models import LinearRegressionModel, LogisticModel, SoftmaxModel
-from skbayes_sg.models import _hessian
+from skbayes_sg.models import LinearRegressionModel, LogisticModel, SoftmaxModel, _hessian
 from skbayes_sg.models.drbm import DRBMModel
 
 from ._exact import assert_matches_gaussian

@@ -3,15 +3,14 @@
 import numpy as np
 import pytest
 
+from skbayes_sg.diagnostics import mcse_mean
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LinearRegressionModel, NormalGammaModel
-from skbayes_sg.samplers import MCCAdL, SGHMC, SGLD, SGNHT, CCAdL, get_sampler
+from skbayes_sg.samplers import SAMPLERS, SGHMC, SGLD, SGNHT, CCAdL, MCCAdL, get_sampler
 from skbayes_sg.samplers._step_size import largest_curvature
 from skbayes_sg.samplers._substeps import ou_euler, ou_exact, thermostat
-from skbayes_sg.diagnostics import mcse_mean
 
-from ._exact import (CASES, Z_MAX, assert_matches_gaussian, conjugate_regression, predicted_moments, sample,
-                     worst_z)
+from ._exact import CASES, Z_MAX, assert_matches_gaussian, conjugate_regression, predicted_moments, sample, worst_z
 
 # -- sub-steps --------------------------------------------------------------------------
 
@@ -288,6 +287,15 @@ def test_auto_step_size_follows_curvature_scaling(cls, order):
 def test_bad_hyperparameters_raise(bad):
     with pytest.raises(ValueError, match=type(bad).__name__):
         get_sampler(bad)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_every_hyperparameter_has_a_constraint(name):
+    # validate() checks only the hyperparameters named in _parameter_constraints.
+    cls = SAMPLERS[name]
+    assert set(cls._parameter_constraints) == set(cls().get_params(deep=False)), name
+    with pytest.raises(ValueError, match=rf"parameter of {cls.__name__} must be .* Got True instead"):
+        get_sampler(cls(**{next(iter(cls._parameter_constraints)): True}))
 
 
 def test_get_sampler_by_name_and_errors():

@@ -10,7 +10,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.exceptions import ConvergenceWarning
 
 from skbayes_sg import GradientNoiseWarning, SGBayesLogisticRegression
-from skbayes_sg.samplers import MCCAdL, SGHMC, SGLD
+from skbayes_sg.samplers import SGHMC, SGLD, MCCAdL
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 

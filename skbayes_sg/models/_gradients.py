@@ -68,22 +68,6 @@ class PerExampleGradients:
         # Cancellation can leave tiny negative values where the variance is ~0.
         return np.maximum(var, 0.0, out=var)
 
-    def covariance_matvec(self, v):
-        """``V @ v`` with ``V`` the empirical covariance of eq. 19, in O(n P).
-
-        ``V v = (G' G v - n g_bar (g_bar . v)) / (n - 1)``: two operator products,
-        no ``P x P`` matrix.
-        """
-        n = self.n_batch
-        if n < 2:
-            return np.zeros_like(v)
-        g_bar = self.mean()
-        return (self.rmatvec(self.matvec(v)) - n * g_bar * (g_bar @ v)) / (n - 1)
-
-    def trace_covariance(self):
-        """``tr(V)``, from the sum of squares."""
-        return float(self.covariance_diag().sum())
-
     def scale_rows(self, c):
         """The operator of the rows ``c_i g_i`` (importance weights of a minibatch), shape (n,) ``c``.
 

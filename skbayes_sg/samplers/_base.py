@@ -1,9 +1,10 @@
 """Base class of the samplers: hyperparameters only, one transition of one chain."""
 
-import numbers
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
 from ..preconditioning import PRECONDITIONERS
 from ._state import MomentumState, NoInfo, SamplerState, ThermostatInfo, ThermostatState
@@ -15,6 +16,24 @@ from ._step_size import largest_curvature
 #: well inside (0, 1), which a curvature-only rule no longer guarantees once whitening makes
 #: h of order 1.
 EULER_FRICTION_LIMIT = 0.25
+
+
+class _Number(Interval):
+    """An :class:`~sklearn.utils._param_validation.Interval` that also rejects booleans.
+
+    Python counts ``True`` as the integer 1, so a plain ``Interval`` accepts
+    ``step_size=True``; a hyperparameter given as a boolean is a mistake.
+    """
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, (bool, np.bool_)) and super().is_satisfied_by(val)
+
+
+#: The constraints the samplers' ``_parameter_constraints`` are built from.
+POSITIVE = _Number(Real, 0, None, closed="neither")
+POSITIVE_INT = _Number(Integral, 1, None, closed="left")
+AUTO = StrOptions({"auto"})
+OPEN_UNIT_INTERVAL = _Number(Real, 0, 1, closed="neither")
 
 
 class BaseSampler(BaseEstimator):
@@ -50,31 +69,28 @@ class BaseSampler(BaseEstimator):
     requires_full_data = False
 
     # -- hyperparameters ------------------------------------------------------------
-    def _check_positive(self, name, allow_auto=False, allow_none=False):
-        value = getattr(self, name)
-        if allow_auto and isinstance(value, str) and value == "auto":
-            return
-        if allow_none and value is None:
-            return
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) or value <= 0:
-            extra = ' or "auto"' if allow_auto else ""
-            raise ValueError(
-                f"{type(self).__name__}: {name} must be a positive finite number{extra}; got {value!r}."
-            )
+    #: scikit-learn parameter constraints, checked by :meth:`validate`. Each sampler
+    #: declares its own; these cover the shared names, so that a sampler defined outside
+    #: the package that uses them is checked too.
+    _parameter_constraints: dict = {
+        "step_size": [POSITIVE, AUTO],
+        "temperature": [POSITIVE],
+        "friction": [POSITIVE],
+        "thermal_mass": [POSITIVE, None],
+        "preconditioner": [StrOptions(set(PRECONDITIONERS))],
+    }
 
     def validate(self):
-        """Check the hyperparameters; raise ``ValueError`` naming the bad one."""
-        if hasattr(self, "step_size"):
-            self._check_positive("step_size", allow_auto=True)
-        if hasattr(self, "temperature"):
-            self._check_positive("temperature")
-        if hasattr(self, "friction"):
-            self._check_positive("friction")
-        if hasattr(self, "thermal_mass"):
-            self._check_positive("thermal_mass", allow_none=True)
-        if hasattr(self, "preconditioner") and self.preconditioner not in PRECONDITIONERS:
-            raise ValueError(f"{type(self).__name__}: preconditioner must be one of {PRECONDITIONERS}; "
-                             f"got {self.preconditioner!r}.")
+        """Check the hyperparameters against ``_parameter_constraints``.
+
+        Raises
+        ------
+        ValueError
+            (scikit-learn's ``InvalidParameterError``) naming the sampler, the bad
+            hyperparameter and its allowed values.
+        """
+        validate_parameter_constraints(self._parameter_constraints, self.get_params(deep=False),
+                                       caller_name=type(self).__name__)
 
     # -- step size --------------------------------------------------------------------
     def predicted_noise_error(self, h, sigma_max):

@@ -22,14 +22,14 @@ steps in posterior standard deviations, whatever the problem's scale.
 
 import functools
 import math
-import numbers
 
 import numpy as np
 from scipy.optimize import brentq
+from sklearn.utils._param_validation import StrOptions
 
 from .. import preconditioning
 from ..preconditioning import curvature_factor, resolve_preconditioner
-from ._base import BaseSampler
+from ._base import OPEN_UNIT_INTERVAL, POSITIVE, BaseSampler
 from ._state import GadState, MetropolisInfo
 from ._step_size import largest_curvature
 
@@ -198,22 +198,13 @@ class GadSampler(BaseSampler):
     _store_every_draw = True
 
     # -- hyperparameters ------------------------------------------------------------
-    def validate(self):
-        """Check the hyperparameters; raise ``ValueError`` naming the bad one."""
-        name = type(self).__name__
-        ta = self.target_accept
-        if isinstance(ta, bool) or not isinstance(ta, numbers.Real) or not 0.0 < ta < 1.0:
-            raise ValueError(f"{name}: target_accept must be a number in (0, 1); got {ta!r}.")
-        self._check_positive("learning_rate")
-        self._check_positive("beta_rate")
-        if not (isinstance(self.init_scale, str) and self.init_scale in INIT_SCALES):
-            try:
-                self._check_positive("init_scale", allow_none=True)
-            except ValueError:
-                raise ValueError(f"{name}: init_scale must be 'map', 'auto', None (the paper's 0.1 / sqrt(P)) "
-                                 f"or a positive number; got {self.init_scale!r}.") from None
-        if self.cholesky not in CHOLESKY_KINDS:
-            raise ValueError(f"{name}: cholesky must be one of {CHOLESKY_KINDS}; got {self.cholesky!r}.")
+    _parameter_constraints: dict = {
+        "target_accept": [OPEN_UNIT_INTERVAL],
+        "learning_rate": [POSITIVE],
+        "cholesky": [StrOptions(set(CHOLESKY_KINDS))],
+        "init_scale": [StrOptions(set(INIT_SCALES)), POSITIVE, None],
+        "beta_rate": [POSITIVE],
+    }
 
     def resolve_step_size(self, model, theta0, sigma_max=None, lambda_max=None, scale=1.0):
         """No step size: the proposal's scale is the adapted ``L``. Returns ``(nan, {})``."""

@@ -1,8 +1,10 @@
 """Covariance-controlled adaptive Langevin thermostat (Shang, Zhu, Leimkuhler & Storkey 2015)."""
 
 import numpy as np
+from sklearn.utils._param_validation import StrOptions
 
-from ._base import ThermostatSampler
+from ..preconditioning import PRECONDITIONERS
+from ._base import AUTO, POSITIVE, ThermostatSampler
 from ._state import CCAdLState, ThermostatInfo
 from ._substeps import drift, kick, ou_euler, thermostat
 
@@ -79,6 +81,15 @@ class CCAdL(ThermostatSampler):
     #: switching to a noise-controlling sampler when this one is in use).
     controls_noise = True
 
+    _parameter_constraints: dict = {
+        "step_size": [POSITIVE, AUTO],
+        "friction": [POSITIVE],
+        "thermal_mass": [POSITIVE, None],
+        "covariance": [StrOptions(set(COVARIANCES))],
+        "temperature": [POSITIVE],
+        "preconditioner": [StrOptions(set(PRECONDITIONERS))],
+    }
+
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, covariance="auto",
                  temperature=1.0, preconditioner="auto"):
         self.preconditioner = preconditioner
@@ -87,11 +98,6 @@ class CCAdL(ThermostatSampler):
         self.thermal_mass = thermal_mass
         self.covariance = covariance
         self.temperature = temperature
-
-    def validate(self):
-        super().validate()
-        if self.covariance not in COVARIANCES:
-            raise ValueError(f"CCAdL: covariance must be one of {COVARIANCES}; got {self.covariance!r}.")
 
     def _resolved_covariance(self, n_params):
         if self.covariance == "auto":

@@ -1,10 +1,10 @@
 """Modified covariance-controlled adaptive Langevin thermostat (Wei & Shang 2026)."""
 
-import numbers
-
 import numpy as np
+from sklearn.utils._param_validation import StrOptions
 
-from ._base import ThermostatSampler
+from ..preconditioning import PRECONDITIONERS
+from ._base import AUTO, OPEN_UNIT_INTERVAL, POSITIVE, POSITIVE_INT, ThermostatSampler
 from ._expmv import DEFAULT_TOL, NoiseCovariance, c_step
 from ._state import MCCAdLState, ThermostatInfo
 from ._substeps import drift, kick, ou_exact, thermostat
@@ -165,6 +165,18 @@ class MCCAdL(ThermostatSampler):
     #: switching to a noise-controlling sampler when this one is in use).
     controls_noise = True
 
+    _parameter_constraints: dict = {
+        "step_size": [POSITIVE, AUTO],
+        "friction": [POSITIVE],
+        "thermal_mass": [POSITIVE, None],
+        "temperature": [POSITIVE],
+        "expm_tol": [OPEN_UNIT_INTERVAL],
+        "expm_method": [StrOptions({"auto", "taylor", "lanczos"})],
+        "sigma_estimate": [StrOptions(set(SIGMA_ESTIMATES))],
+        "sigma_refresh": [POSITIVE_INT, AUTO],
+        "preconditioner": [StrOptions(set(PRECONDITIONERS))],
+    }
+
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, temperature=1.0,
                  expm_tol=DEFAULT_TOL, expm_method="auto", sigma_estimate="independent", sigma_refresh="auto",
                  preconditioner="auto"):
@@ -177,21 +189,6 @@ class MCCAdL(ThermostatSampler):
         self.expm_method = expm_method
         self.sigma_estimate = sigma_estimate
         self.sigma_refresh = sigma_refresh
-
-    def validate(self):
-        super().validate()
-        self._check_positive("expm_tol")
-        if self.expm_tol >= 1:
-            raise ValueError(f"MCCAdL: expm_tol must be below 1; got {self.expm_tol!r}.")
-        if self.expm_method not in ("auto", "taylor", "lanczos"):
-            raise ValueError(f"MCCAdL: expm_method must be 'auto', 'taylor' or 'lanczos'; got {self.expm_method!r}.")
-        if self.sigma_estimate not in SIGMA_ESTIMATES:
-            raise ValueError(f"MCCAdL: sigma_estimate must be one of {SIGMA_ESTIMATES}; got {self.sigma_estimate!r}.")
-        k = self.sigma_refresh
-        if not (isinstance(k, str) and k == "auto") and (
-                isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1):
-            raise ValueError(f"MCCAdL: sigma_refresh must be 'auto' or an integer >= 1 (iterations between fresh "
-                             f"Sigma minibatches; 1 draws one every iteration); got {k!r}.")
 
     def _refresh_period(self, grad_estimator):
         """``sigma_refresh`` resolved for ``grad_estimator`` (see the parameter)."""

@@ -1,9 +1,7 @@
 """Multilevel SGLD as an estimator's sampler: signed-weight draws instead of chains."""
 
-import numbers
-
 from ..multilevel import estimate
-from ._base import BaseSampler
+from ._base import AUTO, POSITIVE, POSITIVE_INT, BaseSampler
 
 
 class MLSGLD(BaseSampler):
@@ -83,6 +81,18 @@ class MLSGLD(BaseSampler):
     #: Largest number of parameters for which ``taylor="auto"`` uses the Taylor gradient.
     TAYLOR_MAX_PARAMS = 200
 
+    _parameter_constraints: dict = {
+        "target_rmse": [POSITIVE],
+        "antithetic": ["boolean"],
+        "taylor": ["boolean", AUTO],
+        "averaging": ["boolean"],
+        "step_size": [POSITIVE, AUTO],
+        "horizon": [POSITIVE_INT, AUTO],
+        "n_initial": [POSITIVE_INT],
+        "max_levels": [POSITIVE_INT],
+        "max_grad_evals": [POSITIVE, None],
+    }
+
     def __init__(self, target_rmse=0.1, antithetic=True, taylor="auto", averaging=False, step_size="auto",
                  horizon="auto", n_initial=100, max_levels=10, max_grad_evals=2e8):
         self.target_rmse = target_rmse
@@ -97,23 +107,11 @@ class MLSGLD(BaseSampler):
 
     def validate(self):
         super().validate()
-        self._check_positive("target_rmse")
-        self._check_positive("max_grad_evals", allow_none=True)
-        for name in ("n_initial", "max_levels"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"MLSGLD: {name} must be a positive int; got {value!r}.")
         if self.max_levels < 2:
             # Giles' algorithm starts from levels 0, 1 and 2 (estimate's min_levels): a lower
             # cap failed there, naming min_levels, a parameter MLSGLD does not have.
             raise ValueError(f"MLSGLD: max_levels must be at least 2 (the estimate starts from levels 0, 1 and 2); "
                              f"got {self.max_levels!r}.")
-        h = self.horizon
-        if not (isinstance(h, str) and h == "auto") and (
-                isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1):
-            raise ValueError(f'MLSGLD: horizon must be a positive int or "auto"; got {h!r}.')
-        if self.taylor not in (True, False, "auto"):
-            raise ValueError(f'MLSGLD: taylor must be True, False or "auto"; got {self.taylor!r}.')
 
     def run(self, model, theta0, seed, n_jobs=None, batch_size=None):
         """Run the multilevel estimator of the posterior mean; return signed-weight draws.

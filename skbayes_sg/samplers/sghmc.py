@@ -1,6 +1,9 @@
 """Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox & Guestrin 2014)."""
 
-from ._base import MomentumSampler
+from sklearn.utils._param_validation import StrOptions
+
+from ..preconditioning import PRECONDITIONERS
+from ._base import AUTO, POSITIVE, MomentumSampler
 from ._state import MomentumInfo, SGHMCState
 from ._substeps import drift, kick, ou_euler
 
@@ -61,19 +64,20 @@ class SGHMC(MomentumSampler):
     state_type = SGHMCState
     info_type = MomentumInfo
 
+    _parameter_constraints: dict = {
+        "step_size": [POSITIVE, AUTO],
+        "friction": [POSITIVE],
+        "noise_estimate": [StrOptions({"empirical"}), None],
+        "temperature": [POSITIVE],
+        "preconditioner": [StrOptions(set(PRECONDITIONERS))],
+    }
+
     def __init__(self, step_size="auto", friction=1.0, noise_estimate=None, temperature=1.0, preconditioner="auto"):
         self.preconditioner = preconditioner
         self.step_size = step_size
         self.friction = friction
         self.noise_estimate = noise_estimate
         self.temperature = temperature
-
-    def validate(self):
-        super().validate()
-        if self.noise_estimate not in (None, "empirical"):
-            raise ValueError(
-                f"SGHMC: noise_estimate must be None or 'empirical'; got {self.noise_estimate!r}."
-            )
 
     def step(self, state, grad_estimator, rng):
         h, A, T = state.step_size, self.friction, self.temperature

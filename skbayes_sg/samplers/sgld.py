@@ -2,7 +2,10 @@
 
 import math
 
-from ._base import BaseSampler
+from sklearn.utils._param_validation import StrOptions
+
+from ..preconditioning import PRECONDITIONERS
+from ._base import AUTO, POSITIVE, BaseSampler
 from ._state import NoInfo
 
 _NO_INFO = NoInfo()
@@ -56,6 +59,12 @@ class SGLD(BaseSampler):
 
     _step_size_order = 1
     _auto_step_constant = 0.05
+
+    _parameter_constraints: dict = {
+        "step_size": [POSITIVE, AUTO],
+        "temperature": [POSITIVE],
+        "preconditioner": [StrOptions(set(PRECONDITIONERS))],
+    }
 
     def __init__(self, step_size="auto", temperature=1.0, preconditioner="auto"):
         self.preconditioner = preconditioner

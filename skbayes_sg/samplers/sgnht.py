@@ -1,6 +1,9 @@
 """Stochastic gradient Nose-Hoover thermostat (Ding et al. 2014)."""
 
-from ._base import ThermostatSampler
+from sklearn.utils._param_validation import StrOptions
+
+from ..preconditioning import PRECONDITIONERS
+from ._base import AUTO, POSITIVE, ThermostatSampler
 from ._state import ThermostatInfo
 from ._substeps import drift, kick, ou_euler, thermostat
 
@@ -60,6 +63,14 @@ class SGNHT(ThermostatSampler):
     # whitened coordinates, where every direction is as stiff as the stiffest; 2.5% on
     # average at h = 0.1, 1.6% at 0.05: benchmarks/posterior_accuracy.py).
     _auto_step_constant = 0.05
+
+    _parameter_constraints: dict = {
+        "step_size": [POSITIVE, AUTO],
+        "friction": [POSITIVE],
+        "thermal_mass": [POSITIVE, None],
+        "temperature": [POSITIVE],
+        "preconditioner": [StrOptions(set(PRECONDITIONERS))],
+    }
 
     def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, temperature=1.0, preconditioner="auto"):
         self.preconditioner = preconditioner
