@@ -7,7 +7,13 @@ posterior directly, without an estimator.
 """
 
 from ._base import Model
-from ._gradients import DensePerExampleGradients, LinearPerExampleGradients, PerExampleGradients
+from ._gradients import (
+    DensePerExampleGradients,
+    DifferencePerExampleGradients,
+    LinearPerExampleGradients,
+    PerExampleGradients,
+    TransformedPerExampleGradients,
+)
 from .drbm import DRBMModel, DRBMPerExampleGradients
 from .glm import LinearRegressionModel, LogisticModel, SoftmaxModel
 from .normal_gamma import NormalGammaModel
@@ -18,6 +24,8 @@ __all__ = [
     "PerExampleGradients",
     "LinearPerExampleGradients",
     "DensePerExampleGradients",
+    "DifferencePerExampleGradients",
+    "TransformedPerExampleGradients",
     "LogisticModel",
     "SoftmaxModel",
     "LinearRegressionModel",
