@@ -104,7 +104,7 @@ def _fd_grad(f, theta, eps=1e-6):
 def test_paths_match_the_looped_defaults(name):
     model = MODELS[name]
     thetas, idx, V, theta0 = _stack(model, 1)
-    tol = dict(rtol=1e-10, atol=1e-10)
+    tol = {"rtol": 1e-10, "atol": 1e-10}
     np.testing.assert_allclose(model.grad_log_prior_paths(thetas), Model.grad_log_prior_paths(model, thetas), **tol)
     np.testing.assert_allclose(model.loglik_grad_paths(thetas, idx), Model.loglik_grad_paths(model, thetas, idx),
                                **tol)
@@ -129,7 +129,7 @@ def test_paths_match_finite_differences(name):
     eps = 1e-6
     for m in range(M):
         t, rows, v = thetas[m], idx[m], V[m]
-        np.testing.assert_allclose(grads[m], _fd_grad(lambda s: _loglik(model, s, rows), t), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(grads[m], _fd_grad(lambda s, rows=rows: _loglik(model, s, rows), t), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(priors[m], _fd_grad(lambda s: model.log_prior_and_grad(s)[0], t),
                                    rtol=1e-6, atol=1e-6)
         fd_hv = (model.log_likelihood_and_grad(t + eps * v, rows)[1]
@@ -184,7 +184,7 @@ def test_sparse_rows_give_the_dense_paths():
     dense = MODELS["softmax"]
     sparse = SoftmaxModel(sp.csr_matrix(dense.X), dense.y, n_classes=3, alpha=0.7)
     thetas, idx, V, theta0 = _stack(dense, 4)
-    tol = dict(rtol=1e-12, atol=1e-12)
+    tol = {"rtol": 1e-12, "atol": 1e-12}
     np.testing.assert_allclose(sparse.loglik_grad_paths(thetas, idx), dense.loglik_grad_paths(thetas, idx), **tol)
     np.testing.assert_allclose(sparse.loglik_hvp_paths(thetas, V, idx), dense.loglik_hvp_paths(thetas, V, idx),
                                **tol)

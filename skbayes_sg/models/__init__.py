@@ -14,23 +14,23 @@ from ._gradients import (
     PerExampleGradients,
     TransformedPerExampleGradients,
 )
+from ._whitened import WhitenedModel
 from .drbm import DRBMModel, DRBMPerExampleGradients
 from .glm import LinearRegressionModel, LogisticModel, SoftmaxModel
 from .normal_gamma import NormalGammaModel
-from ._whitened import WhitenedModel
 
 __all__ = [
-    "Model",
-    "PerExampleGradients",
-    "LinearPerExampleGradients",
-    "DensePerExampleGradients",
-    "DifferencePerExampleGradients",
-    "TransformedPerExampleGradients",
-    "LogisticModel",
-    "SoftmaxModel",
-    "LinearRegressionModel",
-    "NormalGammaModel",
     "DRBMModel",
     "DRBMPerExampleGradients",
+    "DensePerExampleGradients",
+    "DifferencePerExampleGradients",
+    "LinearPerExampleGradients",
+    "LinearRegressionModel",
+    "LogisticModel",
+    "Model",
+    "NormalGammaModel",
+    "PerExampleGradients",
+    "SoftmaxModel",
+    "TransformedPerExampleGradients",
     "WhitenedModel",
 ]

@@ -249,7 +249,7 @@ class Model:
     def taylor_cache(self, theta0):
         """Per-row quantities at the expansion point ``theta0`` that
         :meth:`taylor_remainder_paths` reuses across calls, or None (the default)."""
-        return None
+        return None  # noqa: RET501 - the documented default
 
     def taylor_remainder_paths(self, thetas, theta0, idx, cache=None):
         """Subsampled Taylor remainder of Nagapetyan et al. (2017), eq. 11, per path.

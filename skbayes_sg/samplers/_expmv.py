@@ -535,7 +535,11 @@ _BLAS3_SPEEDUP = 6.0
 def _compact_costs(grads):
     """Flops ``(per product through the rows, building the explicit matrix, per product with it)``,
     or None when the operator has no cheap dense Gram matrix (see :func:`_centred_gram`)."""
-    from ..models import DensePerExampleGradients, LinearPerExampleGradients, TransformedPerExampleGradients
+    from ..models import (
+        DensePerExampleGradients,
+        LinearPerExampleGradients,
+        TransformedPerExampleGradients,
+    )
 
     P = grads.n_params
     if P > COMPACT_MAX_PARAMS:
