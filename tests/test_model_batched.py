@@ -190,3 +190,26 @@ def test_sparse_rows_give_the_dense_paths():
                                **tol)
     np.testing.assert_allclose(sparse.taylor_remainder_paths(thetas, theta0, idx),
                                dense.taylor_remainder_paths(thetas, theta0, idx), **tol)
+
+
+@pytest.mark.parametrize("diagonal", [False, True])
+@pytest.mark.parametrize("name", ["linear_sampled_noise_noint_weighted", "softmax", "user_cauchy"])
+def test_whitened_model_forwards_the_paths_in_its_coordinates(name, diagonal):
+    from skbayes_sg.models import WhitenedModel
+
+    model = MODELS[name]
+    rng = np.random.default_rng(5)
+    P = model.n_params
+    L = 0.5 + rng.random(P) if diagonal else np.tril(0.3 * rng.standard_normal((P, P))) + np.eye(P)
+    wm = WhitenedModel(model, 0.1 * rng.standard_normal(P), L)
+    zs, idx, V, z0 = _stack(wm, 6)
+    # The base class's loops over the whitened single-theta methods are the reference.
+    loose = {"rtol": 1e-6, "atol": 1e-6} if name == "user_cauchy" else {"rtol": 1e-9, "atol": 1e-9}
+    np.testing.assert_allclose(wm.grad_log_prior_paths(zs), Model.grad_log_prior_paths(wm, zs), rtol=1e-12)
+    np.testing.assert_allclose(wm.loglik_grad_paths(zs, idx), Model.loglik_grad_paths(wm, zs, idx), rtol=1e-10,
+                               atol=1e-10)
+    np.testing.assert_allclose(wm.loglik_hvp_paths(zs, V, idx), Model.loglik_hvp_paths(wm, zs, V, idx), **loose)
+    np.testing.assert_allclose(wm.taylor_remainder_paths(zs, z0, idx, wm.taylor_cache(z0)),
+                               Model.taylor_remainder_paths(wm, zs, z0, idx), **loose)
+    np.testing.assert_allclose(wm.loglik_hessian(z0), Model.loglik_hessian(wm, z0), **loose)
+    np.testing.assert_allclose(wm.posterior_hessian(z0), Model.posterior_hessian(wm, z0), rtol=1e-5, atol=1e-5)
