@@ -79,9 +79,8 @@ class Problem:
 
     def _importance_sampling(self, n, rng, df=7, chunk=1000):
         """Self-normalised IS with a multivariate t proposal at the Laplace approximation."""
-        from skbayes_sg.models._hessian import posterior_hessian
 
-        cov = np.linalg.inv(-posterior_hessian(self.model, self.theta0))
+        cov = np.linalg.inv(-self.model.posterior_hessian(self.theta0))
         Lc = np.linalg.cholesky(cov)
         logw, gs = [], []
         for start in range(0, n, chunk):

@@ -13,13 +13,6 @@ the same force for all paths at once at those rows (``target.gradient_paths``).
 import numpy as np
 
 from .models._gradients import DensePerExampleGradients
-from .models._hessian import (
-    log_prior_grad_paths,
-    loglik_grad_paths,
-    loglik_hessian,
-    taylor_cache,
-    taylor_remainder_paths,
-)
 
 #: Minibatch schemes accepted by :class:`MinibatchGradient`.
 BATCH_SCHEMES = ("replacement", "epochs")
@@ -265,14 +258,14 @@ class MinibatchGradient:
         if rows is None:
             rows = np.broadcast_to(np.arange(self.n_samples), (thetas.shape[0], self.n_samples))
         scale = self.n_samples / rows.shape[1]
-        force = log_prior_grad_paths(self.model, thetas)
+        force = self.model.grad_log_prior_paths(thetas)
         self._add_data_term_paths(force, thetas, rows, scale)
         self.n_grad_evals += self._evals_per_row * rows.size
         return force
 
     def _add_data_term_paths(self, out, thetas, rows, scale):
         """Adds :meth:`_data_term` of every path to ``out`` (M, P), in place."""
-        out += scale * loglik_grad_paths(self.model, thetas, rows)
+        out += scale * self.model.loglik_grad_paths(thetas, rows)
 
     def noise_gradients(self, theta, rng):
         """Per-example gradients at ``theta`` of a fresh minibatch, used by no force.
@@ -376,7 +369,7 @@ class ControlVariateGradient(MinibatchGradient):
     def _add_data_term_paths(self, out, thetas, rows, scale):
         out += self.g_hat
         centre = np.broadcast_to(self.theta_hat, thetas.shape)
-        out += scale * (loglik_grad_paths(self.model, thetas, rows) - loglik_grad_paths(self.model, centre, rows))
+        out += scale * (self.model.loglik_grad_paths(thetas, rows) - self.model.loglik_grad_paths(centre, rows))
 
 
 class TaylorControlVariateGradient(ControlVariateGradient):
@@ -419,19 +412,19 @@ class TaylorControlVariateGradient(ControlVariateGradient):
                  row_probabilities=None, H_hat=None):
         super().__init__(model, batch_size, scheme, theta_hat, g_hat, row_probabilities)
         if H_hat is None:
-            H_hat = loglik_hessian(model, self.theta_hat)
+            H_hat = model.loglik_hessian(self.theta_hat)
             self.n_grad_evals += self.n_samples
         self.H_hat = np.asarray(H_hat, dtype=float)
         # Per-row linear predictors and residuals at theta_hat (GLMs): one full-data pass
         # here, so that each remainder needs the minibatch at theta only.
-        self._cache = taylor_cache(model, self.theta_hat)
+        self._cache = model.taylor_cache(self.theta_hat)
 
     def _operator(self, theta, rows):
         rows = np.arange(self.n_samples)[rows]
         # One "path" per row: the remainders of the rows one by one, (n, P).
         paths = np.broadcast_to(theta, (rows.size, theta.size))
         return DensePerExampleGradients(
-            taylor_remainder_paths(self.model, paths, self.theta_hat, rows[:, None], self._cache))
+            self.model.taylor_remainder_paths(paths, self.theta_hat, rows[:, None], self._cache))
 
     def _data_term(self, theta, grads, scale):
         out = super()._data_term(theta, grads, scale)
@@ -441,4 +434,4 @@ class TaylorControlVariateGradient(ControlVariateGradient):
     def _add_data_term_paths(self, out, thetas, rows, scale):
         out += self.g_hat
         out += (thetas - self.theta_hat) @ self.H_hat
-        out += scale * taylor_remainder_paths(self.model, thetas, self.theta_hat, rows, self._cache)
+        out += scale * self.model.taylor_remainder_paths(thetas, self.theta_hat, rows, self._cache)

@@ -45,7 +45,6 @@ from joblib import Parallel, delayed
 
 from .exceptions import DivergenceError
 from .minibatch import MinibatchGradient, TaylorControlVariateGradient
-from .models._hessian import loglik_hessian, posterior_hessian
 
 __all__ = ["CoupledSGLD", "LevelSample", "MultilevelResult", "estimate", "find_map", "mlmc"]
 
@@ -743,8 +742,8 @@ def estimate(model, g=None, target_rmse=0.1, *, theta0=None, rmse_units="absolut
         batch_size = int(math.ceil(N ** (1.0 / 3.0) - 1e-9))
     elif batch_size is not None and (not isinstance(batch_size, Integral) or batch_size < 1):
         raise ValueError(f"batch_size must be a positive int, 'auto' or None; got {batch_size!r}.")
-    H_ll = loglik_hessian(model, theta0)
-    H_post = posterior_hessian(model, theta0)
+    H_ll = model.loglik_hessian(theta0)
+    H_post = model.posterior_hessian(theta0)
     setup += 2 * N
     curv = np.linalg.eigvalsh(-0.5 * (H_post + H_post.T))
     lam_max = float(max(abs(curv[-1]), 1e-12))

@@ -14,14 +14,6 @@ from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg._estimator import _map_estimate, _newton_map
 from skbayes_sg.minibatch import MinibatchGradient, TaylorControlVariateGradient
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel, SoftmaxModel
-from skbayes_sg.models._hessian import (
-    log_prior_grad_paths,
-    loglik_grad_paths,
-    loglik_hvp,
-    loglik_hvp_paths,
-    posterior_hessian,
-    taylor_remainder_paths,
-)
 from skbayes_sg.multilevel import CoupledSGLD, _coarse_rows, estimate, find_map
 from skbayes_sg.samplers import MLSGLD
 
@@ -54,9 +46,9 @@ def test_minibatch_hvp_matches_finite_differences(name):
     eps = 1e-6
     fd = (model.log_likelihood_and_grad(theta + eps * v, idx)[1]
           - model.log_likelihood_and_grad(theta - eps * v, idx)[1]) / (2 * eps)
-    np.testing.assert_allclose(loglik_hvp(model, theta, v, idx), fd, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(model.loglik_hvp(theta, v, idx), fd, rtol=1e-6, atol=1e-6)
     # Full data and the posterior Hessian (prior included) against differences of the gradient.
-    H = posterior_hessian(model, theta)
+    H = model.posterior_hessian(theta)
     fd_H = np.stack([(model.grad_log_posterior(theta + eps * e) - model.grad_log_posterior(theta - eps * e)) / (2 * eps)
                      for e in np.eye(model.n_params)], axis=1)
     np.testing.assert_allclose(H, fd_H, rtol=1e-5, atol=1e-5)
@@ -71,17 +63,17 @@ def test_path_stacks_match_single_path_calls(name):
     idx = rng.integers(0, model.n_samples, (M, n))
     V = rng.standard_normal(thetas.shape)
     theta0 = _point(model, rng)
-    grads = loglik_grad_paths(model, thetas, idx)
+    grads = model.loglik_grad_paths(thetas, idx)
     for m in range(M):
         np.testing.assert_allclose(grads[m], model.log_likelihood_and_grad(thetas[m], idx[m])[1], atol=1e-10)
-        np.testing.assert_allclose(log_prior_grad_paths(model, thetas)[m], model.log_prior_and_grad(thetas[m])[1])
-    hv = loglik_hvp_paths(model, thetas, V, idx)
+        np.testing.assert_allclose(model.grad_log_prior_paths(thetas)[m], model.log_prior_and_grad(thetas[m])[1])
+    hv = model.loglik_hvp_paths(thetas, V, idx)
     for m in range(M):
-        np.testing.assert_allclose(hv[m], loglik_hvp(model, thetas[m], V[m], idx[m]), atol=1e-8)
+        np.testing.assert_allclose(hv[m], model.loglik_hvp(thetas[m], V[m], idx[m]), atol=1e-8)
     # Eq. 11's remainder, fused, equals its definition term by term.
-    rem = taylor_remainder_paths(model, thetas, theta0, idx)
-    ref = (grads - loglik_grad_paths(model, np.tile(theta0, (M, 1)), idx)
-           - loglik_hvp_paths(model, theta0, thetas - theta0, idx))
+    rem = model.taylor_remainder_paths(thetas, theta0, idx)
+    ref = (grads - model.loglik_grad_paths(np.tile(theta0, (M, 1)), idx)
+           - model.loglik_hvp_paths(theta0, thetas - theta0, idx))
     np.testing.assert_allclose(rem, ref, atol=1e-8)
 
 

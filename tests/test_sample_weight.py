@@ -21,7 +21,7 @@ from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLo
 from skbayes_sg._estimator import BaseSGBayes, _map_estimate
 from skbayes_sg._geometry import leverage_probabilities, weight_probabilities
 from skbayes_sg.minibatch import ControlVariateGradient, MinibatchGradient
-from skbayes_sg.models import LinearRegressionModel, LogisticModel, SoftmaxModel, _hessian
+from skbayes_sg.models import LinearRegressionModel, LogisticModel, SoftmaxModel
 from skbayes_sg.models.drbm import DRBMModel
 
 from ._exact import assert_matches_gaussian
@@ -80,10 +80,10 @@ def test_integer_weights_are_duplicated_rows_in_every_likelihood_evaluation(case
     np.testing.assert_allclose(a.hessian_diagonal(theta), b.hessian_diagonal(theta), **close)
     hv = a.per_example_hvp(theta, v, np.arange(N))
     np.testing.assert_allclose(hv.mean() * N, b.loglik_hvp(theta, v), **close)
-    np.testing.assert_allclose(_hessian.loglik_grad_paths(a, theta[None], np.arange(N)[None])[0], gb, **close)
-    np.testing.assert_allclose(_hessian.loglik_hessian(a, theta), _hessian.loglik_hessian(b, theta), **close)
-    np.testing.assert_allclose(_hessian.taylor_remainder_paths(a, theta[None], centre, np.arange(N)[None]),
-                               _hessian.taylor_remainder_paths(b, theta[None], centre, np.arange(rep.size)[None]),
+    np.testing.assert_allclose(a.loglik_grad_paths(theta[None], np.arange(N)[None])[0], gb, **close)
+    np.testing.assert_allclose(a.loglik_hessian(theta), b.loglik_hessian(theta), **close)
+    np.testing.assert_allclose(a.taylor_remainder_paths(theta[None], centre, np.arange(N)[None]),
+                               b.taylor_remainder_paths(theta[None], centre, np.arange(rep.size)[None]),
                                **close)
     L = np.linalg.cholesky(np.linalg.inv(a.hessian(theta)))
     h_a, h_b = a.leverage_scores(theta, L), b.leverage_scores(theta, L)

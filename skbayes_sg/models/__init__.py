@@ -7,22 +7,30 @@ posterior directly, without an estimator.
 """
 
 from ._base import Model
-from ._gradients import DensePerExampleGradients, LinearPerExampleGradients, PerExampleGradients
+from ._gradients import (
+    DensePerExampleGradients,
+    DifferencePerExampleGradients,
+    LinearPerExampleGradients,
+    PerExampleGradients,
+    TransformedPerExampleGradients,
+)
+from ._whitened import WhitenedModel
 from .drbm import DRBMModel, DRBMPerExampleGradients
 from .glm import LinearRegressionModel, LogisticModel, SoftmaxModel
 from .normal_gamma import NormalGammaModel
-from ._whitened import WhitenedModel
 
 __all__ = [
-    "Model",
-    "PerExampleGradients",
-    "LinearPerExampleGradients",
-    "DensePerExampleGradients",
-    "LogisticModel",
-    "SoftmaxModel",
-    "LinearRegressionModel",
-    "NormalGammaModel",
     "DRBMModel",
     "DRBMPerExampleGradients",
+    "DensePerExampleGradients",
+    "DifferencePerExampleGradients",
+    "LinearPerExampleGradients",
+    "LinearRegressionModel",
+    "LogisticModel",
+    "Model",
+    "NormalGammaModel",
+    "PerExampleGradients",
+    "SoftmaxModel",
+    "TransformedPerExampleGradients",
     "WhitenedModel",
 ]

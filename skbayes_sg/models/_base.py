@@ -48,6 +48,15 @@ def check_row_weights(sample_weight, n_samples):
     return w
 
 
+def as_paths(thetas, idx):
+    """``thetas`` as a float stack (M, P) and ``idx`` as int rows (M, n), one per path."""
+    thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
+    idx = np.atleast_2d(np.asarray(idx, dtype=np.intp))
+    if idx.shape[0] != thetas.shape[0]:
+        raise ValueError(f"thetas has {thetas.shape[0]} paths but idx has {idx.shape[0]} rows.")
+    return thetas, idx
+
+
 class Model:
     """Base class of the models: prior and likelihood for a flat parameter vector.
 
@@ -172,16 +181,140 @@ class Model:
 
         The log likelihood's (not negated) Hessian applied to ``v``, for the Taylor-based
         gradient of multilevel SGLD (Nagapetyan et al. 2017, section 3.4). The default is a
-        central finite difference of the minibatch gradient; models with a cheap exact
-        product override it.
+        central finite difference of the minibatch gradient (the sum of the rows'
+        :meth:`per_example_gradients`; :meth:`log_likelihood_and_grad` for all rows);
+        models with a cheap exact product override it.
         """
+        v = np.asarray(v, dtype=float)
         norm = np.linalg.norm(v)
         if norm == 0:
             return np.zeros_like(v)
         eps = 1e-5 * max(1.0, np.linalg.norm(theta)) / norm
-        gp = self.log_likelihood_and_grad(theta + eps * v, idx)[1]
-        gm = self.log_likelihood_and_grad(theta - eps * v, idx)[1]
-        return (gp - gm) / (2 * eps)
+        if idx is None:
+            gp = self.log_likelihood_and_grad(theta + eps * v)[1]
+            gm = self.log_likelihood_and_grad(theta - eps * v)[1]
+            return (gp - gm) / (2 * eps)
+        gp = self.per_example_gradients(theta + eps * v, idx)
+        gm = self.per_example_gradients(theta - eps * v, idx)
+        return (gp.mean() - gm.mean()) * gp.n_batch / (2 * eps)
+
+    # -- many parameter vectors ("paths") at once ------------------------------------
+    # Multilevel SGLD steps thousands of short paths together: ``thetas`` is a stack (M, P)
+    # and ``idx`` an (M, n) array of each path's minibatch rows. The defaults loop over the
+    # paths with the single-theta methods above, so a model that implements only those gets
+    # them all; the GLMs override them with vectorised forms.
+    def grad_log_prior_paths(self, thetas):
+        """:meth:`grad_log_prior` of each row of ``thetas`` (M, P), shape (M, P)."""
+        thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
+        return np.stack([self.grad_log_prior(t) for t in thetas])
+
+    def loglik_grad_paths(self, thetas, idx):
+        """Minibatch sums of per-example log-likelihood gradients, one minibatch per path.
+
+        Parameters
+        ----------
+        thetas : ndarray of shape (M, P)
+        idx : ndarray of int of shape (M, n)
+            Rows of path ``m``'s minibatch.
+
+        Returns
+        -------
+        ndarray of shape (M, P)
+            ``sum_{i in idx[m]} grad log p(x_i | thetas[m])`` (row weights applied).
+        """
+        thetas, idx = as_paths(thetas, idx)
+        return np.stack([self.per_example_gradients(t, i).mean() * i.size for t, i in zip(thetas, idx)])
+
+    def loglik_hvp_paths(self, thetas, V, idx):
+        """Minibatch sums of per-example log-likelihood Hessian-vector products, per path.
+
+        Parameters
+        ----------
+        thetas : ndarray of shape (M, P) or (P,)
+            Points (one shared point is broadcast over the paths).
+        V : ndarray of shape (M, P)
+            One direction per path.
+        idx : ndarray of int of shape (M, n)
+
+        Returns
+        -------
+        ndarray of shape (M, P)
+            ``sum_{i in idx[m]} Hess log p(x_i | thetas[m]) V[m]``: :meth:`loglik_hvp` per path.
+        """
+        V = np.atleast_2d(np.asarray(V, dtype=float))
+        thetas = np.broadcast_to(np.asarray(thetas, dtype=float), V.shape)
+        thetas, idx = as_paths(thetas, idx)
+        return np.stack([self.loglik_hvp(t, v, i) for t, v, i in zip(thetas, V, idx)])
+
+    def taylor_cache(self, theta0):
+        """Per-row quantities at the expansion point ``theta0`` that
+        :meth:`taylor_remainder_paths` reuses across calls, or None (the default)."""
+        return None  # noqa: RET501 - the documented default
+
+    def taylor_remainder_paths(self, thetas, theta0, idx, cache=None):
+        """Subsampled Taylor remainder of Nagapetyan et al. (2017), eq. 11, per path.
+
+        ``sum_{i in idx[m]} [g_i(theta_m) - g_i(theta_0) - H_i(theta_0) (theta_m - theta_0)]``
+        with ``g_i``, ``H_i`` the gradient and Hessian of ``log p(x_i | .)``: small when
+        ``theta_m`` is near ``theta_0`` (zero for a Gaussian likelihood with fixed noise),
+        which is what makes the Taylor-based stochastic gradient's variance small.
+
+        Parameters
+        ----------
+        thetas : ndarray of shape (M, P)
+        theta0 : ndarray of shape (P,)
+            The expansion point (the MAP in the paper).
+        idx : ndarray of int of shape (M, n)
+        cache : object, optional
+            :meth:`taylor_cache` of ``theta0``, to reuse across calls.
+
+        Returns
+        -------
+        ndarray of shape (M, P)
+        """
+        thetas, idx = as_paths(thetas, idx)
+        theta0 = np.asarray(theta0, dtype=float)
+        t0 = np.broadcast_to(theta0, thetas.shape)
+        return (self.loglik_grad_paths(thetas, idx) - self.loglik_grad_paths(t0, idx)
+                - self.loglik_hvp_paths(theta0, thetas - theta0, idx))
+
+    # -- dense curvature (formed once, at an expansion point) ----------------------------
+    def loglik_hessian(self, theta, chunk=None):
+        """Full-data Hessian of the log likelihood at ``theta``, (P, P).
+
+        Column block by column block from :meth:`loglik_hvp_paths` with all rows as each
+        column's minibatch, symmetrised. Memory O(P^2 + chunk N D); for the once-per-fit
+        expansion point of the Taylor-based gradient, not for a hot path.
+        """
+        theta = np.asarray(theta, dtype=float)
+        P, N = theta.size, self.n_samples
+        chunk = chunk or max(1, min(P, 2**22 // max(1, N * max(1, getattr(self, "n_features", P)))))
+        rows = np.arange(N)
+        H = np.empty((P, P))
+        eye = np.eye(P)
+        for start in range(0, P, chunk):
+            stop = min(P, start + chunk)
+            V = eye[start:stop]
+            H[:, start:stop] = self.loglik_hvp_paths(theta, V, np.broadcast_to(rows, (V.shape[0], N))).T
+        return 0.5 * (H + H.T)
+
+    def log_prior_hessian(self, theta):
+        """Hessian of the log prior at ``theta``, (P, P): by default a central difference of
+        :meth:`grad_log_prior`, symmetrised."""
+        theta = np.asarray(theta, dtype=float)
+        P = theta.size
+        eps = 1e-5 * max(1.0, np.linalg.norm(theta))
+        H = np.empty((P, P))
+        for j in range(P):
+            e = np.zeros(P)
+            e[j] = eps
+            H[:, j] = (self.grad_log_prior(theta + e) - self.grad_log_prior(theta - e)) / (2 * eps)
+        return 0.5 * (H + H.T)
+
+    def posterior_hessian(self, theta):
+        """Hessian of the full-data log posterior at ``theta``, (P, P) (negative definite at a
+        mode): :meth:`loglik_hessian` plus :meth:`log_prior_hessian`."""
+        return self.loglik_hessian(theta) + self.log_prior_hessian(theta)
 
     def hessian_vector_product(self, theta, v, eps=None):
         """Product of the Hessian of the negative log posterior with ``v``.

@@ -127,6 +127,40 @@ class WhitenedModel(Model):
     def hessian_vector_product(self, z, v, eps=None):
         return self._right(self.model.hessian_vector_product(self.to_theta(z), self._left(v)))
 
+    # -- many paths and dense curvature: the model's (vectorised for a GLM), in z -----------
+    # theta = m + L z maps directions by L and gradients by L' (so Hessians by L' . L); the
+    # Taylor remainder is a gradient, and theta - theta0 = L (z - z0).
+    def _left_rows(self, V):
+        """``L v`` for each row ``v`` of ``V`` (M, P)."""
+        return self.L * V if self.L.ndim == 1 else V @ self.L.T
+
+    def _congruent(self, H):
+        """``L' H L`` for a (P, P) matrix ``H``."""
+        return self.L[:, None] * H * self.L if self.L.ndim == 1 else self.L.T @ H @ self.L
+
+    def grad_log_prior_paths(self, zs):
+        return self._right(self.model.grad_log_prior_paths(self.to_theta(np.atleast_2d(zs))))
+
+    def loglik_grad_paths(self, zs, idx):
+        return self._right(self.model.loglik_grad_paths(self.to_theta(np.atleast_2d(zs)), idx))
+
+    def loglik_hvp_paths(self, zs, V, idx):
+        V = np.atleast_2d(np.asarray(V, dtype=float))
+        return self._right(self.model.loglik_hvp_paths(self.to_theta(zs), self._left_rows(V), idx))
+
+    def taylor_cache(self, z0):
+        return self.model.taylor_cache(self.to_theta(z0))
+
+    def taylor_remainder_paths(self, zs, z0, idx, cache=None):
+        return self._right(self.model.taylor_remainder_paths(self.to_theta(np.atleast_2d(zs)), self.to_theta(z0),
+                                                             idx, cache))
+
+    def loglik_hessian(self, z, chunk=None):
+        return self._congruent(self.model.loglik_hessian(self.to_theta(z), chunk))
+
+    def log_prior_hessian(self, z):
+        return self._congruent(self.model.log_prior_hessian(self.to_theta(z)))
+
     # -- naming, start and predictive: the model's, in theta ------------------------------
     def param_names(self, feature_names=None, class_names=None):
         return self.model.param_names(feature_names, class_names)

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit, log_expit, logsumexp, softmax
 
-from ._base import Model
+from ._base import Model, as_paths
 from ._gradients import LinearPerExampleGradients, row_sq_norms
 
 # Elements of the (rows, K) arrays of one block of a full-data pass (log likelihood,
@@ -133,12 +133,12 @@ def prior_precisions(alpha, alpha_intercept, n_features, n_outputs, fit_intercep
 
 
 def _weigh(w, R, extra=None):
-    """``(R, extra)`` with each row scaled by its likelihood weight ``w`` (n,), in place; as
-    given when ``w`` is None."""
+    """``(R, extra)`` with each row scaled by its likelihood weight ``w`` (n,) (or (M, n) for
+    a stack of paths), in place; as given when ``w`` is None."""
     if w is not None:
-        R *= w[:, None]
+        R *= w[..., None]
         if extra is not None:
-            extra *= w[:, None]
+            extra *= w[..., None]
     return R, extra
 
 
@@ -401,18 +401,19 @@ class _GLM(Model):
         return lp, self.grad_log_prior(theta)
 
     def grad_log_prior(self, theta):
-        """Gradient of the log prior: ``-prior_precision * w`` on the weights and intercepts."""
+        """Gradient of the log prior: ``-prior_precision * w`` on the weights and intercepts
+        (of ``theta`` (P,) or of each row of a stack (M, P))."""
         prec = self.prior_precision
         if np.ndim(prec) == 0:
             grad = theta * -prec
         else:
             # One multiply, as the scalar's: the force of every iteration includes it.
             neg = self._negative_precision
-            if neg is None or neg.size != theta.size:
+            if neg is None or neg.size != theta.shape[-1]:
                 neg = self._negative_precision = np.concatenate([-prec, np.zeros(self._n_extra)])
             grad = theta * neg
         if self._n_extra:
-            grad[-self._n_extra:] = 0.0
+            grad[..., -self._n_extra:] = 0.0
         return grad
 
     # -- likelihood -------------------------------------------------------------------
@@ -503,8 +504,18 @@ class _GLM(Model):
         of the extra coordinates ``e_v`` (k,), return ``(S, Se)``: the directional derivative
         of the residuals ``d loglik / dZ`` (n, K) and of the extra per-example gradients
         (n, k) or None. Then ``H_i v = [x_i S_i', S_i, Se_i]``, the same structure as the
-        per-example gradients.
+        per-example gradients. Stacks of paths work alike: ``theta`` (M, P), ``Z`` and ``U``
+        (M, n, K), ``e_v`` (M, k).
         """
+        return self._apply_curvature(theta, self._curvature_state(Z, y), U, e_v)
+
+    def _curvature_state(self, Z, y):
+        """What :meth:`_apply_curvature` needs of each row at the predictor ``Z`` (..., n, K)
+        (kept per row at a Taylor expansion point, see :meth:`taylor_cache`)."""
+        raise NotImplementedError
+
+    def _apply_curvature(self, theta, state, U, e_v):
+        """``(S, Se)`` of :meth:`_curvature` from the rows' :meth:`_curvature_state`."""
         raise NotImplementedError
 
     def per_example_hvp(self, theta, v, idx):
@@ -672,6 +683,100 @@ class _GLM(Model):
             diag[j] = self.hessian_vector_product(theta, e)[j]
         return diag
 
+    # -- many paths at once (multilevel SGLD), vectorised ------------------------------
+    # For a GLM example ``i`` the log likelihood depends on ``theta`` only through the linear
+    # predictor ``z_i = x_i W + b`` (K,) and the extra coordinates, so with ``x~_i = (x_i, 1)``
+    # ``g_i = x~_i (x) r_i`` and ``H_i v = x~_i (x) S_i`` (see :meth:`_curvature`): every
+    # stack of sums below is two batched minibatch products, O(M n P), with the residuals
+    # and curvature of the per-example methods above.
+    def _path_rows(self, idx):
+        """Minibatch features (M, n, D) and targets (M, n) for row indices (M, n)."""
+        X = self.X
+        if sp.issparse(X):
+            Xb = X[idx.ravel()].toarray().reshape(*idx.shape, self.n_features)
+        else:
+            Xb = X[idx]
+        return Xb, self.y[idx].astype(self._y_dtype, copy=False)
+
+    def _path_predictor(self, thetas, Xb):
+        """Linear predictors (M, n, K) of a stack ``thetas`` (M, P) at rows ``Xb`` (M, n, D)."""
+        W, b, _ = self.unpack(thetas)
+        return np.matmul(Xb, W) + b[:, None, :]
+
+    def _path_gradient_terms(self, thetas, Z, y):
+        """:meth:`_gradient_terms` of each path's rows from their predictors ``Z`` (M, n, K)."""
+        M, n, K = Z.shape
+        return self._residuals(Z.reshape(M * n, K), y.reshape(M * n)).reshape(M, n, K), None
+
+    def _path_sums(self, Xb, R, extra=None):
+        """``sum_i x~_i (x) R_i`` (and ``sum_i extra_i``) over each path's rows, shape (M, P)."""
+        M = Xb.shape[0]
+        parts = [np.matmul(Xb.transpose(0, 2, 1), R).reshape(M, -1)]
+        if self.fit_intercept:
+            parts.append(R.sum(axis=1))
+        if extra is not None:
+            parts.append(extra.sum(axis=1))
+        return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+
+    def grad_log_prior_paths(self, thetas):
+        return self.grad_log_prior(np.atleast_2d(np.asarray(thetas, dtype=float)))
+
+    def loglik_grad_paths(self, thetas, idx):
+        thetas, idx = as_paths(thetas, idx)
+        Xb, yb = self._path_rows(idx)
+        Z = self._path_predictor(thetas, Xb)
+        return self._path_sums(Xb, *_weigh(self._weights_of(idx), *self._path_gradient_terms(thetas, Z, yb)))
+
+    def loglik_hvp_paths(self, thetas, V, idx):
+        V = np.atleast_2d(np.asarray(V, dtype=float))
+        thetas = np.broadcast_to(np.asarray(thetas, dtype=float), V.shape)
+        thetas, idx = as_paths(thetas, idx)
+        Xb, yb = self._path_rows(idx)
+        W_v, b_v, e_v = self.unpack(V)
+        U = np.matmul(Xb, W_v) + b_v[:, None, :]
+        S, Se = self._curvature(thetas, self._path_predictor(thetas, Xb), yb, U, e_v)
+        return self._path_sums(Xb, *_weigh(self._weights_of(idx), S, Se))
+
+    def taylor_cache(self, theta0):
+        """Per-row predictor, gradient terms and curvature state at ``theta0``, unweighted
+        (:meth:`taylor_remainder_paths` applies the row weights): one full-data pass per
+        expansion point, after which each remainder needs only the minibatch at theta."""
+        t0 = np.asarray(theta0, dtype=float)[None]
+        Xb, yb = self._path_rows(np.arange(self.n_samples)[None])
+        Z0 = self._path_predictor(t0, Xb)
+        R0, E0 = self._path_gradient_terms(t0, Z0, yb)
+        return Z0[0], R0[0], None if E0 is None else E0[0], self._curvature_state(Z0, yb)[0]
+
+    def taylor_remainder_paths(self, thetas, theta0, idx, cache=None):
+        thetas, idx = as_paths(thetas, idx)
+        theta0 = np.asarray(theta0, dtype=float)
+        Z0_all, R0_all, E0_all, C0_all = self.taylor_cache(theta0) if cache is None else cache
+        Xb, yb = self._path_rows(idx)
+        Z = self._path_predictor(thetas, Xb)
+        R, E = self._path_gradient_terms(thetas, Z, yb)
+        # The predictor is linear in theta: the direction theta - theta0 moves it by Z - Z0.
+        n_w = self.n_params - self._n_extra
+        S, Se = self._apply_curvature(np.broadcast_to(theta0, thetas.shape), C0_all[idx], Z - Z0_all[idx],
+                                      (thetas - theta0)[:, n_w:])
+        R -= R0_all[idx]
+        R -= S
+        E = None if E is None else E - E0_all[idx] - Se
+        # The cache holds the unweighted terms at theta0: the weights scale the remainder.
+        return self._path_sums(Xb, *_weigh(self._weights_of(idx), R, E))
+
+    def log_prior_hessian(self, theta):
+        """Exact Hessian of the log prior: ``-prior_precision`` on the diagonal of the weights
+        (and the extra coordinates' own prior curvature)."""
+        P = self.n_params
+        n_w = P - self._n_extra
+        H = np.zeros((P, P))
+        H[np.arange(n_w), np.arange(n_w)] = -self.prior_precision
+        for j in range(n_w, P):
+            e = np.zeros(P)
+            e[j] = 1.0
+            H[n_w:, j] = self._extra_prior_hvp(theta, e)
+        return H
+
     def log_likelihood_and_grad(self, theta, idx=None):
         """Summed log likelihood of rows ``idx`` (all rows if None) and its gradient (P,).
 
@@ -732,9 +837,12 @@ class LogisticModel(_GLM):
     def _residuals(self, Z, y):
         return (y - expit(Z[:, 0]))[:, None]
 
-    def _curvature(self, theta, Z, y, U, e_v):
+    def _curvature_state(self, Z, y):
         s = expit(Z)
-        return -s * (1.0 - s) * U, None
+        return s * (1.0 - s)
+
+    def _apply_curvature(self, theta, state, U, e_v):
+        return -state * U, None
 
     def _loglik_and_grad_rows(self, theta, X, y, w=None):
         # Fused: one exp(-|z|) serves the stable log-likelihood and the residual, the whole
@@ -826,11 +934,13 @@ class SoftmaxModel(_GLM):
     def _log_likelihood_terms(self, Z, y):
         return Z[np.arange(Z.shape[0]), y] - logsumexp(Z, axis=1)
 
-    def _curvature(self, theta, Z, y, U, e_v):
+    def _curvature_state(self, Z, y):
+        return softmax(Z, axis=-1)
+
+    def _apply_curvature(self, theta, p, U, e_v):
         # Hessian of the log-softmax likelihood in z is -(diag(p) - p p').
-        p = softmax(Z, axis=1)
         pU = p * U
-        return -(pU - p * pU.sum(axis=1, keepdims=True)), None
+        return -(pU - p * pU.sum(axis=-1, keepdims=True)), None
 
     def predict_draws(self, thetas, X):
         """Class probabilities per draw, shape (S, n, K)."""
@@ -909,7 +1019,7 @@ class LinearRegressionModel(_GLM):
         every iteration."""
         grad = super().grad_log_prior(theta)
         if self.noise_precision is None:
-            grad[-1] = self.noise_prior_shape - self.noise_prior_rate * np.exp(theta[-1])
+            grad[..., -1] = self.noise_prior_shape - self.noise_prior_rate * np.exp(theta[..., -1])
         return grad
 
     def _terms(self, theta, X, y):
@@ -919,11 +1029,20 @@ class LinearRegressionModel(_GLM):
 
     def _gradient_terms(self, theta, X, y):
         r, tau = self._terms(theta, X, y)
+        return self._residual_terms(r, tau)
+
+    def _residual_terms(self, r, tau):
+        """``(R, extra)`` of the per-example gradients from the residuals ``r = y - z`` (..., n)
+        and the noise precision ``tau`` (a float, or (M, 1) for a stack of paths)."""
         extra = None
         if self.noise_precision is None:
             # d/ds [s/2 - e^s r^2 / 2]
-            extra = (0.5 - 0.5 * tau * r * r)[:, None]
-        return (tau * r)[:, None], extra
+            extra = (0.5 - 0.5 * tau * r * r)[..., None]
+        return (tau * r)[..., None], extra
+
+    def _path_gradient_terms(self, thetas, Z, y):
+        tau = np.reshape(self.tau(thetas), (-1, 1))
+        return self._residual_terms(y - Z[..., 0], tau)
 
     def _loglik_and_grad_rows(self, theta, X, y, w=None):
         r, tau = self._terms(theta, X, y)
@@ -947,13 +1066,16 @@ class LinearRegressionModel(_GLM):
             parts.append(np.array([0.5 * n - 0.5 * tau * rr]))
         return float(ll), np.concatenate(parts)
 
-    def _curvature(self, theta, Z, y, U, e_v):
-        tau = self.tau(theta)
+    def _curvature_state(self, Z, y):
+        return (y - Z[..., 0])[..., None]
+
+    def _apply_curvature(self, theta, r, U, e_v):
+        # tau (..., 1, 1) of theta (P,) or of each path of a stack (M, P).
+        tau = np.reshape(self.tau(theta), np.shape(theta)[:-1] + (1, 1))
         if self.noise_precision is not None:
             return -tau * U, None
         # loglik_i = s/2 - e^s r^2 / 2 with r = y - z, s = log tau.
-        r = (y - Z[:, 0])[:, None]
-        vs = e_v[0]
+        vs = e_v[..., None, :1]
         return -tau * U + tau * r * vs, tau * r * U - 0.5 * tau * r * r * vs
 
     def _extra_prior_hvp(self, theta, v):

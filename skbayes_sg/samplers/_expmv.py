@@ -535,8 +535,11 @@ _BLAS3_SPEEDUP = 6.0
 def _compact_costs(grads):
     """Flops ``(per product through the rows, building the explicit matrix, per product with it)``,
     or None when the operator has no cheap dense Gram matrix (see :func:`_centred_gram`)."""
-    from ..models._gradients import DensePerExampleGradients, LinearPerExampleGradients, \
-        TransformedPerExampleGradients
+    from ..models import (
+        DensePerExampleGradients,
+        LinearPerExampleGradients,
+        TransformedPerExampleGradients,
+    )
 
     P = grads.n_params
     if P > COMPACT_MAX_PARAMS:
@@ -557,7 +560,7 @@ def _compact_costs(grads):
 
 def _centred_gram(grads):
     """``(G - 1 g_bar')' (G - 1 g_bar')`` (P x P) for the operators :func:`_compact_costs` accepts."""
-    from ..models._gradients import TransformedPerExampleGradients
+    from ..models import TransformedPerExampleGradients
 
     if isinstance(grads, TransformedPerExampleGradients):
         inner = _centred_gram(grads.inner)

@@ -83,7 +83,7 @@ def factor_tmul(F, v):
 
 def _has_closed_form_diagonal(model):
     """Whether ``model`` overrides :meth:`Model.hessian_diagonal` (whose default forms the dense Hessian)."""
-    from ..models._base import Model
+    from ..models import Model
 
     return type(model).hessian_diagonal is not Model.hessian_diagonal
 
