@@ -97,9 +97,9 @@ def test_example_sampled_with_mccadl_matches_the_exact_posterior():
     theta_map, mean, sd = _exact_moments(model)
     # -- fit: begin
     lam = np.linalg.eigvalsh(-model.posterior_hessian(theta_map))[-1]  # stiffest curvature
-    chains = run_chains(MCCAdL(), model, starts=[theta_map] * 4, n_iter=5000, n_burn=1000, thin=1,
-                        max_draws=None, batch_size=30, batch_scheme="replacement",
-                        seeds=np.random.SeedSequence(0).spawn(4), step_size=0.2 / np.sqrt(lam))
+    chains = run_chains(MCCAdL(step_size=0.2 / np.sqrt(lam)), model, starts=[theta_map] * 4, n_iter=5000,
+                        n_burn=1000, thin=1, max_draws=None, batch_size=30, batch_scheme="replacement",
+                        seeds=np.random.SeedSequence(0).spawn(4))
     draws = np.stack([c.draws for c in chains])  # (chains, draws, P)
     # -- fit: end
     flat = draws.reshape(-1, model.n_params)
