@@ -31,7 +31,6 @@ from skbayes_sg._chains import ChainRunner
 from skbayes_sg.samplers import FitContext
 from skbayes_sg.models import LogisticModel
 from skbayes_sg.samplers import MCCAdL
-from skbayes_sg.samplers._expmv import _centred_gram
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -52,7 +51,7 @@ def changes(runner, rows):
     def sigma(t):
         if t not in cache:
             grads = target._per_example(thetas[t], rows)
-            cache[t] = _centred_gram(grads) * (target.noise_scale / (grads.n_batch - 1))
+            cache[t] = grads.centred_gram() * (target.noise_scale / (grads.n_batch - 1))
         return cache[t]
 
     origins = range(0, 1900, 100)

@@ -80,6 +80,25 @@ class PerExampleGradients:
         eye = np.eye(self.n_batch)
         return np.stack([self.rmatvec(eye[i]) for i in range(self.n_batch)])
 
+    def gram_dims(self):
+        """Shape of the dense Gram matrix behind :meth:`centred_gram`, or None when there is none.
+
+        Returns
+        -------
+        dims : tuple ``(n, P_in, dense_L)`` or None
+            ``n x P_in`` is the dense matrix whose Gram matrix is formed (BLAS-3, once) and
+            ``dense_L`` whether a dense change of coordinates follows (O(P^3)); mCCAdL's
+            compact covariance weighs this against products through the rows. None: the
+            operator has no cheap dense form (the default, and a large sparse minibatch).
+        """
+        return None
+
+    def centred_gram(self):
+        """``(G - 1 g_bar')' (G - 1 g_bar')``, shape (P, P), for operators with :meth:`gram_dims`."""
+        G = np.array(self.to_dense(), dtype=float)
+        G -= self.mean()
+        return G.T @ G
+
 
 class LinearPerExampleGradients(PerExampleGradients):
     """Per-example gradients of a generalised linear model.
@@ -239,6 +258,12 @@ class LinearPerExampleGradients(PerExampleGradients):
         self._mean = None
         return self
 
+    def gram_dims(self):
+        # A sparse minibatch densified would cost what its rows save, but for small P.
+        if hasattr(self.X, "toarray") and self.n_params > 200:
+            return None
+        return self.n_batch, self.n_params, False
+
     def to_dense(self):
         """The ``n x P`` matrix ``[X * R_k ..., R, extra]`` built directly (tests, CCAdL's full
         covariance and small models only: memory O(n P))."""
@@ -296,6 +321,9 @@ class DensePerExampleGradients(PerExampleGradients):
 
     def scale_rows(self, c):
         return DensePerExampleGradients(self.G * np.asarray(c)[:, None])
+
+    def gram_dims(self):
+        return self.n_batch, self.n_params, False
 
     def to_dense(self):
         return self.G
@@ -409,6 +437,18 @@ class TransformedPerExampleGradients(PerExampleGradients):
         state = self.__dict__.copy()
         state["_row_weights"] = None  # a closure over the model: not for a chain state
         return state
+
+    def gram_dims(self):
+        dims = self.inner.gram_dims()
+        if dims is None:
+            return None
+        return dims[0], dims[1], self.L.ndim == 2
+
+    def centred_gram(self):
+        """``L' V_inner L`` of the inner operator's centred Gram matrix (``L`` dense or diagonal)."""
+        inner = self.inner.centred_gram()
+        L = self.L
+        return inner * np.outer(L, L) if L.ndim == 1 else L.T @ (inner @ L)
 
     def to_dense(self):
         G = self.inner.to_dense()

@@ -377,7 +377,7 @@ class NoiseCovariance:
         rows, build, per_product = costs
         if build + n_products * per_product >= n_products * rows:
             return False
-        gram = _centred_gram(self.grads)
+        gram = self.grads.centred_gram()
         M = gram * self.factor
         # Symmetric up to rounding; made exactly so, since the Taylor series and the power
         # iteration rely on it.
@@ -534,41 +534,17 @@ _BLAS3_SPEEDUP = 6.0
 
 def _compact_costs(grads):
     """Flops ``(per product through the rows, building the explicit matrix, per product with it)``,
-    or None when the operator has no cheap dense Gram matrix (see :func:`_centred_gram`)."""
-    from ..models import (
-        DensePerExampleGradients,
-        LinearPerExampleGradients,
-        TransformedPerExampleGradients,
-    )
-
+    or None when the operator has no cheap dense Gram matrix (its ``gram_dims``)."""
     P = grads.n_params
     if P > COMPACT_MAX_PARAMS:
         return None
-    n, L = grads.n_batch, None
-    if isinstance(grads, TransformedPerExampleGradients):
-        grads, L = grads.inner, grads.L
-    if not isinstance(grads, (DensePerExampleGradients, LinearPerExampleGradients)):
+    dims = grads.gram_dims()
+    if dims is None:
         return None
-    if isinstance(grads, LinearPerExampleGradients) and hasattr(grads.X, "toarray") and grads.n_params > 200:
-        return None  # a sparse minibatch densified would cost what the rows save
-    p_in = grads.n_params
-    dense_L = L is not None and L.ndim == 2
+    n, p_in, dense_L = dims
     rows = 4.0 * n * p_in + (4.0 * P * P if dense_L else 2.0 * P)
     build = (2.0 * n * p_in * p_in + (4.0 * P**3 if dense_L else P * P)) / _BLAS3_SPEEDUP
     return rows, build, 2.0 * P * P
-
-
-def _centred_gram(grads):
-    """``(G - 1 g_bar')' (G - 1 g_bar')`` (P x P) for the operators :func:`_compact_costs` accepts."""
-    from ..models import TransformedPerExampleGradients
-
-    if isinstance(grads, TransformedPerExampleGradients):
-        inner = _centred_gram(grads.inner)
-        L = grads.L
-        return inner * np.outer(L, L) if L.ndim == 1 else L.T @ (inner @ L)
-    G = np.array(grads.to_dense(), dtype=float)
-    G -= grads.mean()
-    return G.T @ G
 
 
 def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety=1.25, cache=None,
