@@ -1,8 +1,7 @@
 """Stochastic gradient Langevin dynamics (Welling & Teh 2011) at a fixed step size."""
 
-import math
-
 from ._base import BaseSampler
+from ._substeps import langevin_step
 
 
 class SGLD(BaseSampler):
@@ -64,8 +63,5 @@ class SGLD(BaseSampler):
         h = state.step_size
         force, _ = target.gradient(state.theta, rng)
         noise = rng.standard_normal(state.theta.shape)
-        # In place on the fresh noise: the same sum as h F + sqrt(2 h T) xi, two temporaries fewer.
-        noise *= math.sqrt(2.0 * h * self.temperature)
-        noise += h * force
-        state.theta += noise
+        langevin_step(state.theta, force, h, noise, self.temperature, out=noise)
         return state
