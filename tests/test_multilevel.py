@@ -22,7 +22,8 @@ from skbayes_sg.models._hessian import (
     posterior_hessian,
     taylor_remainder_paths,
 )
-from skbayes_sg.multilevel import CoupledSGLD, _coarse_rows, estimate, find_map
+from skbayes_sg.multilevel import CoupledSGLD, estimate, find_map
+from skbayes_sg.multilevel._coupling import _coarse_rows
 from skbayes_sg.samplers import MLSGLD
 
 

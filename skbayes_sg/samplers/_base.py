@@ -150,6 +150,19 @@ class BaseSampler(BaseEstimator):
             info["predicted_noise_error"] = self.predicted_noise_error(h, sigma_max)
         return h, info
 
+    # -- estimation strategy ------------------------------------------------------------
+    def fit_estimator(self, estimator, X, y, model, batch_size, streaming=False):
+        """Fit ``estimator`` on ``model`` (built from validated ``X`` and encoded ``y``): how
+        draws are made with this sampler.
+
+        The estimators call this and nothing else. The default runs Markov chains of
+        :meth:`step` through the shared chain driver (:mod:`skbayes_sg._chains`);
+        a sampler that is an estimation strategy of its own (:class:`~.MLSGLD`) overrides it.
+        ``batch_size`` is the estimator's resolved minibatch size, ``streaming`` True for
+        ``partial_fit``.
+        """
+        return estimator._fit_chains(self, X, y, model, batch_size, streaming)
+
     # -- transition ---------------------------------------------------------------------
     def init_state(self, theta0, target, rng, step_size):
         """Initial state of a chain started at ``theta0`` with step size ``step_size``."""
