@@ -1,19 +1,10 @@
-"""Multilevel stochastic gradient Langevin dynamics (Nagapetyan, Szpruch, Vollmer, Zygalakis and Giles 2017).
-
-SGLD at a fixed step ``h`` is biased, and shrinking ``h`` makes the RMSE of a posterior
-expectation fall only as ``c^(-1/3)`` in the cost ``c``. The multilevel estimator writes
-the expectation at the finest level ``L`` as the telescoping sum (paper eq. 4)
-``E[g_L] = E[g_0] + sum_{l=1}^{L} E[g_l - g_{l-1}]`` over step sizes ``h_l = h_0 2^-l``, each
-term estimated from coupled fine and coarse paths whose difference has a variance ``V_l``
-decaying in ``l``; with the antithetic coupling the RMSE ``eps`` costs ``O(eps^-2)``, the
-rate of exact MCMC, without a Metropolis step. The module composes
-
-- :class:`CoupledSGLD` (``_coupling.py``): the couplings of section 3, stepping stacks of
-  paths by the shared SGLD transition with the shared gradient estimators;
-- :func:`mlmc` (``_allocation.py``): Giles' allocation of samples and levels;
-- :func:`estimate`: the user-facing call, ``estimate(model, g, target_rmse)``.
-
-:class:`~skbayes_sg.samplers.MLSGLD` is the estimators' strategy built on :func:`estimate`.
+"""Multilevel SGLD (Nagapetyan, Szpruch, Vollmer, Zygalakis and Giles 2017): the posterior
+expectation at the finest step as the telescoping sum of eq. 4 over SGLD at ``h_l = h_0 2^-l``,
+each correction from coupled fine and coarse paths; antithetic, RMSE ``eps`` costs
+``O(eps^-2)`` without a Metropolis step (:doc:`/maths/mlsgld`). It composes
+:class:`CoupledSGLD` (``_coupling.py``, section 3), :func:`mlmc` (``_allocation.py``, Giles'
+allocation) and :func:`estimate`, the user-facing call; :class:`~skbayes_sg.samplers.MLSGLD`
+is the estimators' strategy built on :func:`estimate`.
 """
 
 import copy
@@ -33,21 +24,11 @@ MAX_AUTO_HORIZON = 100_000
 
 
 def find_map(model):
-    """The estimators' MAP (:func:`skbayes_sg._estimator._map_estimate`) and its full-data passes.
+    """The estimators' MAP (:func:`skbayes_sg._estimator._map_estimate`, their ``init="map"``
+    start; the paper's ``theta_0``, section 4) and the full-data passes it took.
 
-    The point the estimators start from with ``init="map"``, so that :func:`estimate` and
-    ``sampler=MLSGLD()`` start from, and expand around, the same point (the paper's
-    ``theta_0``, section 4).
-
-    Parameters
-    ----------
-    model : Model
-
-    Returns
-    -------
-    theta_map : ndarray of shape (P,)
-    n_passes : int
-        Full-data passes (log posterior and gradient, Hessian), for the set-up cost.
+    Returns ``(theta_map, n_passes)``, ``n_passes`` counting log posterior and gradient and
+    Hessian evaluations, for the set-up cost.
     """
     from .._estimator import _map_estimate  # the estimator layer imports this package
 
@@ -82,30 +63,26 @@ def estimate(model, g=None, target_rmse=0.1, *, theta0=None, rmse_units="absolut
     g : callable or None, default=None
         Maps states (M, P) to (M,) or (M, q). None estimates the posterior mean.
     target_rmse : float or array of shape (q,), default=0.1
-        ``eps`` (see ``rmse_units``).
+        ``eps``, absolute or (``rmse_units="posterior_sd"``) relative to each coordinate's
+        posterior sd, estimated at level 0.
     theta0 : ndarray of shape (P,), optional
         Start of every path and Taylor expansion point; :func:`find_map` by default.
-    rmse_units : {"absolute", "posterior_sd"}, default="absolute"
-        ``eps`` absolute or relative to each coordinate's posterior sd (at level 0).
-    antithetic : bool, default=True
-        Antithetic coupling (section 3.2), ``V_l = O(h_l^2)``; False: plain (3.1), ``O(h_l)``.
-    taylor : bool, default=True
-        Taylor-based stochastic gradient around ``theta0`` (section 3.4, eq. 11).
-    averaging : bool, default=False
-        Average ``g`` over the end of each path (section 3.3).
+    antithetic, taylor, averaging : bool, default=True, True, False
+        Antithetic coupling (section 3.2, ``V_l = O(h_l^2)``; False: plain, 3.1, ``O(h_l)``),
+        Taylor gradient around ``theta0`` (3.4, eq. 11), path averaging (3.3).
     step_size : float or "auto", default="auto"
-        ``h_0``; ``"auto"`` is ``0.25 / lambda_max``, ``lambda_max`` the largest curvature of the
-        negative log posterior at ``theta0`` (close to the paper's ``1 / N`` for its example).
+        ``h_0``; ``"auto"``: ``0.25 / lambda_max``, the largest curvature of the negative log
+        posterior at ``theta0`` (near the paper's ``1 / N`` for its example).
     horizon : int or "auto", default="auto"
-        ``m`` of ``T_l = m (l + 1) h_0``; ``"auto"``: ``max(5, ceil(1 / (h_0 lambda_min)))``, so
-        each level adds a relaxation time of the slowest direction (the paper's ``m = 5``).
+        ``m``; ``"auto"``: ``max(5, ceil(1 / (h_0 lambda_min)))``, a relaxation time of the
+        slowest direction per level (the paper's ``m = 5``).
     batch_size : int, "auto" or None, default="auto"
-        ``n``; ``"auto"`` is the paper's ``ceil(N^(1/3))``, ``None`` the full data.
-    n_initial, min_levels, max_levels, n_jobs, verbose, max_grad_evals
-        As in :func:`mlmc`.
+        ``n``; ``"auto"``: the paper's ``ceil(N^(1/3))``; None: the full data.
     random_state : int, SeedSequence or None
     keep_draws : bool, default=False
         Keep the states with signed weights (``result.draws``, ``result.weights``).
+    rmse_units, n_initial, min_levels, max_levels, n_jobs, verbose, max_grad_evals
+        As in :func:`mlmc`.
 
     Returns
     -------

@@ -15,31 +15,17 @@ from .._chains import call_with_model
 class MultilevelResult:
     """Outcome of :func:`~skbayes_sg.multilevel.estimate` / :func:`mlmc`.
 
-    Attributes
-    ----------
-    estimate : ndarray of shape (q,)
-        ``sum_l mean(Delta_l)``, the multilevel estimate of ``E[g]`` (paper eq. 4).
-    rmse : ndarray of shape (q,)
-        Estimated RMSE per coordinate: ``sqrt(sum_l V_l / N_l + bias^2)``.
-    target_rmse : ndarray of shape (q,)
-        The ``eps`` per coordinate that the driver aimed at.
-    levels : list of dict
-        Per level: ``level``, ``step_size``, ``n_steps`` (per path), ``n_samples`` (``N_l``),
-        ``mean`` and ``var`` of ``Delta_l``, ``cost`` (``C_l``), ``n_grad_evals``.
-    n_grad_evals, n_grad_evals_setup : int
-        Data items touched by the paths (the paper's cost), and by the set-up.
-    n_iter : int
-        SGLD steps over all paths.
-    converged : bool
-        False when ``max_levels`` was reached with the bias estimate above ``eps / sqrt 2``.
-    weak_rate, variance_rate : float
-        Giles' ``alpha`` and ``beta``: fitted decay rates (log base 2, per level) of
-        ``|E Delta_l|`` (the weak error) and of ``V_l``.
-    theta0, step_size, horizon, batch_size
-        ``theta_0``, ``h_0``, ``m`` and ``n``.
-    draws, weights : ndarray or None
-        With ``keep_draws``: states (n_draws, P) and signed weights (n_draws,) such that
-        ``sum_s weights[s] g(draws[s])`` equals :attr:`estimate`.
+    ``estimate`` (q,): ``sum_l mean(Delta_l)``, the estimate of ``E[g]`` (paper eq. 4), with
+    ``rmse`` ``sqrt(sum_l V_l / N_l + bias^2)`` per coordinate and the ``target_rmse`` ``eps``
+    aimed at. ``levels``: per level ``level``, ``step_size``, ``n_steps``, ``n_samples``
+    (``N_l``), ``mean`` and ``var`` of ``Delta_l``, ``cost`` (``C_l``), ``n_grad_evals``.
+    ``n_grad_evals`` (paths) and ``n_grad_evals_setup``: data items touched, the paper's cost;
+    ``n_iter``: SGLD steps. ``converged``: False when ``max_levels`` was reached with the bias
+    estimate above ``eps / sqrt 2``. ``weak_rate`` and ``variance_rate``: Giles' ``alpha`` and
+    ``beta``, the fitted decay (log base 2, per level) of ``|E Delta_l|`` and ``V_l``.
+    ``theta0``, ``step_size``, ``horizon``, ``batch_size``: ``theta_0, h_0, m, n``. With
+    ``keep_draws``, ``draws`` (n_draws, P) and signed ``weights`` with
+    ``sum_s weights[s] g(draws[s]) = estimate``.
     """
 
     estimate: np.ndarray
@@ -90,38 +76,35 @@ def mlmc(coupled, g, target_rmse, *, rmse_units="absolute", n_initial=100, min_l
     """Giles' adaptive multilevel Monte Carlo driver (Giles 2015, Algorithm 1) on ``coupled``.
 
     From levels ``0..min_levels`` with ``n_initial`` samples each it repeats: estimate ``V_l``
-    and ``|E Delta_l|`` (per coordinate of ``g``, normalised by ``eps_j`` and maximised over
-    coordinates); set ``N_l = ceil(2 eps^-2 sqrt(V_l / C_l) sum_k sqrt(V_k C_k))`` (variance
-    ``eps^2 / 2``); run the missing samples; and, once no level needs more, add a level while
-    the bias estimate ``max_{k<3} |E Delta_{L-k}| 2^(-alpha k) / (2^alpha - 1)`` exceeds
-    ``eps / sqrt 2``. Chunks of paths run through the chains' parallel pattern
-    (:func:`~skbayes_sg._chains.call_with_model`), each on a child of ``seed`` keyed by
-    (level, round, chunk) and of a size independent of ``n_jobs``: results are bit-identical
-    whatever ``n_jobs``.
+    and ``|E Delta_l|`` (per coordinate of ``g``, normalised by ``eps_j``, maximised over
+    coordinates); set ``N_l = ceil(2 eps^-2 sqrt(V_l / C_l) sum_k sqrt(V_k C_k))``; run the
+    missing samples; once no level needs more, add a level while the bias estimate
+    ``max_{k<3} |E Delta_{L-k}| 2^(-alpha k) / (2^alpha - 1)`` exceeds ``eps / sqrt 2``.
+    Chunks of paths run as the chains' tasks (:func:`~skbayes_sg._chains.call_with_model`),
+    each on a child of ``seed`` keyed by (level, round, chunk) and of a size independent of
+    ``n_jobs``: results are bit-identical whatever ``n_jobs``.
 
     Parameters
     ----------
     coupled : CoupledSGLD
-        The levels; the driver calls ``sample(level, n_paths, rng, g, keep_points)``,
-        ``cost(level)``, ``chunk_size()``, ``level_info(level)``, ``settings()`` and reaches
-        the model as ``coupled.target.model``.
+        The levels; the driver calls ``sample``, ``cost``, ``chunk_size``, ``level_info`` and
+        ``settings``, and ships ``coupled.target.model`` beside it.
     g : callable or None
         Maps states (M, P) to (M,) or (M, q); None is the identity.
     target_rmse : float or array of shape (q,)
-        ``eps``.
-    rmse_units : {"absolute", "posterior_sd"}, default="absolute"
-        ``"posterior_sd"``: ``eps_j = target_rmse * sd_j``, ``sd_j`` that of ``g_j`` at level 0.
+        ``eps``; with ``rmse_units="posterior_sd"``, ``eps_j = target_rmse * sd_j`` with
+        ``sd_j`` that of ``g_j`` at level 0.
     n_initial : int, default=100
         Samples per level in the first round and on each added level.
     min_levels, max_levels : int, default=2, 10
     seed : numpy.random.SeedSequence, int or None
-    n_jobs : int or None
     keep_draws : bool, default=False
         Keep the states and their signed weights.
-    verbose : int, default=0
     max_grad_evals : float or None, default=None
         Budget of per-example gradient evaluations, checked before each round (spent plus
         the round's); over it a ``ValueError`` names the fixes.
+    rmse_units, n_jobs, verbose
+        See ``target_rmse``; joblib's.
 
     Returns
     -------

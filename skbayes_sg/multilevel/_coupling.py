@@ -1,10 +1,6 @@
-"""Coupled fine and coarse SGLD paths: the levels of multilevel SGLD (paper section 3).
-
-A level is a stack of independent paths, stepped together by the shared SGLD transition
-(:func:`~skbayes_sg.samplers._substeps.langevin_step`) with forces from the shared
-gradient layer for all paths at once (:meth:`~skbayes_sg.minibatch.MinibatchGradient.gradient_paths`
-at rows from :meth:`~skbayes_sg.minibatch.MinibatchGradient.draw_rows`). What is the
-coupling's own is which rows and Brownian increments the fine and coarse paths share.
+"""Coupled fine and coarse SGLD paths (paper section 3): stacks of paths stepped by the
+shared SGLD transition with the shared gradient layer's forces at rows the coupling draws.
+Only which rows and Brownian increments fine and coarse paths share is the coupling's own.
 """
 
 import math
@@ -39,18 +35,9 @@ def _coarse_rows(rng, rows1, rows2):
 class LevelSample:
     """Independent samples of one level's correction ``Delta_l`` (paper eq. 4).
 
-    Attributes
-    ----------
-    delta : ndarray of shape (M, q)
-        ``Delta_l`` per path: ``g_0`` at level 0, ``g(fine) - g(coarse)`` above.
-    points : ndarray of shape (M, k, P) or None
-        The states ``g`` was evaluated at (fine first, then coarse), when kept.
-    coefs : ndarray of shape (k,)
-        ``Delta_l = sum_j coefs[j] g(points[:, j])``: positive fine, negative coarse.
-    n_grad_evals : int
-        Per-example gradient evaluations (data items touched), the paper's cost unit.
-    n_steps : int
-        SGLD steps over all paths (fine and coarse).
+    ``delta`` (M, q): ``Delta_l`` per path. ``points`` (M, k, P) or None: the states ``g`` was
+    evaluated at (fine first), when kept, with ``Delta_l = sum_j coefs[j] g(points[:, j])``.
+    ``n_grad_evals``: data items touched (the paper's cost); ``n_steps``: SGLD steps.
     """
 
     delta: np.ndarray
@@ -63,25 +50,22 @@ class LevelSample:
 class CoupledSGLD:
     """The levels of multilevel SGLD: coupled fine and coarse SGLD paths (paper section 3).
 
-    Level ``l`` runs SGLD (eq. 2) at ``h_l = h_0 2^-l`` for ``s_l = m (l + 1) 2^l`` steps, the
-    horizon ``T_l = m (l + 1) h_0`` of section 4.1, every path from ``theta_0``. Level 0 gives
-    ``Delta_0 = g(theta_{s_0})``. Above (Algorithm 1), the fine path first runs
-    ``s_l - 2 s_{l-1}`` steps alone, then two fine steps with increments ``dW_1, dW_2`` and
-    minibatches ``tau_1, tau_2`` per coarse step at ``2 h_l`` with increment
-    ``(dW_1 + dW_2) / sqrt 2`` (eq. 9): the coarse path is a level ``l - 1`` path, so the
-    telescoping sum is exact, and the Langevin flow's contraction (eq. 6) brings it within
-    ``O(h)`` of the fine one. Its minibatch is ``n`` of the ``2n`` fine rows (plain coupling,
-    section 3.1, eq. 8, ``V_l = O(h_l)``), or, antithetic (section 3.2, Algorithm 2, eq. 10),
-    two coarse paths take ``tau_1`` and ``tau_2`` and ``Delta_l = g(f) - (g(c+) + g(c-)) / 2``:
-    the first-order minibatch error cancels and ``V_l = O(h_l^2)``. Averaging (section 3.3)
-    averages ``g`` over the last ``p_l = p_0 2^l`` states, ``p_0 = ceil(m / 2)``: the same
-    time ``p_l h_l`` on every level, or fine and coarse averages would not cancel.
+    Level ``l`` runs SGLD (eq. 2) at ``h_l = h_0 2^-l`` for ``s_l = m (l + 1) 2^l`` steps
+    (horizon ``T_l = m (l + 1) h_0``, section 4.1) from ``theta_0``; ``Delta_0 = g(theta_{s_0})``.
+    Above (Algorithm 1) the fine path runs ``s_l - 2 s_{l-1}`` steps alone, then two fine
+    steps (increments ``dW_1, dW_2``, minibatches ``tau_1, tau_2``) per coarse step at
+    ``2 h_l`` with increment ``(dW_1 + dW_2) / sqrt 2`` (eq. 9), so the coarse path is a level
+    ``l - 1`` path and the telescoping sum is exact. Plain coupling (section 3.1): the coarse
+    minibatch is ``n`` of the ``2n`` fine rows (eq. 8), ``V_l = O(h_l)``. Antithetic (3.2,
+    eq. 10): coarse paths ``c+`` on ``tau_1`` and ``c-`` on ``tau_2``, ``Delta_l = g(f) -
+    (g(c+) + g(c-)) / 2``, ``V_l = O(h_l^2)``. Averaging (3.3): ``g`` averaged over the last
+    ``p_l = p_0 2^l`` states, ``p_0 = ceil(m / 2)``, the same time ``p_l h_l`` on every level.
 
     Parameters
     ----------
     model : Model
     theta0 : ndarray of shape (P,)
-        Start of every path and expansion point of the Taylor gradient (the MAP in the paper).
+        Start of every path and Taylor expansion point (the MAP in the paper).
     step_size : float
         ``h_0``.
     horizon : int
@@ -96,9 +80,8 @@ class CoupledSGLD:
     Attributes
     ----------
     target : MinibatchGradient
-        Every path's stochastic force: the shared
-        :class:`~skbayes_sg.minibatch.TaylorControlVariateGradient` centred at ``theta0``
-        (section 3.4, eq. 11) with ``taylor`` and a minibatch, plain otherwise.
+        The shared force of every path: :class:`~skbayes_sg.minibatch.TaylorControlVariateGradient`
+        at ``theta0`` (section 3.4, eq. 11) with ``taylor`` and a minibatch, plain otherwise.
     """
 
     def __init__(self, model, theta0, step_size, horizon, batch_size, *, antithetic=True, taylor=True,
@@ -141,7 +124,7 @@ class CoupledSGLD:
         return int(max(16, min(4096, _CHUNK_FLOATS // self._width)))
 
     def level_info(self, level):
-        """``step_size`` (``h_l``) and ``n_steps`` (``s_l``) of ``level``, for the driver's table."""
+        """``step_size`` (``h_l``) and ``n_steps`` (``s_l``), for the driver's table."""
         return {"step_size": self.step_size(level), "n_steps": self.n_steps(level)}
 
     def settings(self):
@@ -151,25 +134,24 @@ class CoupledSGLD:
     def sample(self, level, n_paths, rng, g=None, keep_points=False):
         """Simulate ``n_paths`` independent samples of ``Delta_level``.
 
-        Parameters
-        ----------
-        level, n_paths : int
-        rng : numpy.random.Generator
-        g : callable, optional
-            Maps states (M, P) to (M,) or (M, q); identity by default.
-        keep_points : bool, default=False
-            Keep the states ``g`` was evaluated at (for signed-weight draws).
-
-        Returns
-        -------
-        LevelSample
+        ``g`` maps states (M, P) to (M,) or (M, q) (identity if None); ``keep_points`` keeps
+        the states it was evaluated at (for signed-weight draws). Returns a :class:`LevelSample`.
         """
         M, P, target = int(n_paths), self.theta0.size, self.target
         h, s, pf = self.step_size(level), self.n_steps(level), self.window(level)
         s_c = self.n_steps(level - 1) if level else 0
         pc = self.window(level - 1) if level else 1
         n_c = (2 if self.antithetic else 1) if level else 0
-        rec = _Recorder(g, keep_points)
+        delta, points, coefs = None, [], []
+
+        def record(states, coef):  # adds coef g(states) to Delta_l
+            nonlocal delta
+            term = coef * np.asarray(states if g is None else g(states), dtype=float).reshape(M, -1)
+            delta = term if delta is None else np.add(delta, term, out=delta)
+            coefs.append(coef)
+            if keep_points:
+                points.append(states.copy())
+
         fine, coarse = np.tile(self.theta0, (M, 1)), np.tile(self.theta0, (n_c * M, 1))
         work, dW_c = np.empty((M, P)), np.empty((n_c * M, P))
 
@@ -177,7 +159,7 @@ class CoupledSGLD:
             rows, dW = target.draw_rows(rng, M), rng.standard_normal((M, P))
             langevin_step(fine, target.gradient_paths(fine, rows), h, dW, out=work)
             if j > s - pf:
-                rec.add(fine, 1.0 / pf)
+                record(fine, 1.0 / pf)
             return rows, dW
 
         # A diverging path overflows before the check below names the step and the fix; numpy's
@@ -200,29 +182,10 @@ class CoupledSGLD:
                 langevin_step(coarse, target.gradient_paths(coarse, rows), 2.0 * h, dW_c, out=dW_c)
                 if k > s_c - pc:
                     for c in range(n_c):
-                        rec.add(coarse[c * M:(c + 1) * M], -1.0 / (pc * n_c))
+                        record(coarse[c * M:(c + 1) * M], -1.0 / (pc * n_c))
         check_finite((fine, coarse), "MLSGLD", self.h0, f"the paths of level {level} (h_l = {h:.4g}) became "
                      "non-finite", fixes="or standardise the features")
         n_steps = M * (s + s_c * n_c)
-        return rec.result(n_steps * self.batch_size, n_steps)
+        return LevelSample(delta, np.stack(points, axis=1) if keep_points else None, np.asarray(coefs),
+                           n_steps * self.batch_size, n_steps)
 
-
-class _Recorder:
-    """Accumulates ``sum_j coef_j g(state_j)`` per path, keeping the states if asked."""
-
-    def __init__(self, g, keep):
-        self.g, self.keep = g, keep
-        self.acc, self.points, self.coefs = None, [], []
-
-    def add(self, thetas, coef):
-        vals = np.asarray(thetas if self.g is None else self.g(thetas), dtype=float).reshape(thetas.shape[0], -1)
-        if self.acc is None:
-            self.acc = np.zeros_like(vals)
-        self.acc += coef * vals
-        self.coefs.append(coef)
-        if self.keep:
-            self.points.append(thetas.copy())
-
-    def result(self, n_evals, n_steps):
-        points = np.stack(self.points, axis=1) if self.keep else None
-        return LevelSample(self.acc, points, np.asarray(self.coefs), int(n_evals), int(n_steps))
