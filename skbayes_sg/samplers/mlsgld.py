@@ -119,7 +119,7 @@ class MLSGLD(BaseSampler):
 
         Starts every path at, and expands the Taylor gradient around, the estimator's start
         (its MAP with ``init="map"``), and stores the coupled states with signed weights
-        (:meth:`~skbayes_sg._estimator.SGBayesEstimator._set_weighted_draws`).
+        (:meth:`~skbayes_sg._estimator.BaseSGBayes._set_weighted_draws`).
         """
         if not estimator._supports_multilevel:
             raise ValueError(
