@@ -33,7 +33,8 @@ from scipy.special import expit, log_expit
 
 from skbayes_sg.minibatch import MinibatchGradient, TaylorControlVariateGradient
 from skbayes_sg.models import LogisticModel
-from skbayes_sg.multilevel import CoupledSGLD, _sgld_step, estimate, find_map
+from skbayes_sg.multilevel import CoupledSGLD, estimate, find_map
+from skbayes_sg.samplers._substeps import langevin_step
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 VARIANTS = {
@@ -181,7 +182,8 @@ def sgld_curves(prob, step_sizes, n_steps, n_chains, sink, taylor=False):
         rmse, cost = [], []
         t = time.time()
         for k in range(1, n_steps + 1):
-            _sgld_step(theta, target, h, target.draw_rows(rng, n_chains), rng.standard_normal(theta.shape))
+            rows = target.draw_rows(rng, n_chains)
+            langevin_step(theta, target.gradient_paths(theta, rows), h, rng.standard_normal(theta.shape))
             total += prob.g(theta)
             if k in checkpoints:
                 rmse.append(float(np.sqrt(np.mean((total / k / prob.reference - 1) ** 2))))

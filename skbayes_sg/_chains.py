@@ -343,34 +343,56 @@ def run_chain(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size
     return runner.advance().result()
 
 
+def divergence_error(sampler, step_size, where, fixes="standardise the features, or increase the friction",
+                     iteration=None):
+    """The :class:`DivergenceError` of every simulation (the chains' states, multilevel SGLD's
+    path stacks): it names the sampler, ``where`` it happened, the step size and the fixes
+    (a quarter of the step, then ``fixes``)."""
+    return DivergenceError(
+        f"{sampler} diverged: {where} with step_size={step_size:.4g}. Use a smaller step_size (for example "
+        f"{step_size / 4:.3g}), {fixes}.",
+        sampler=sampler, step_size=step_size, iteration=iteration,
+    )
+
+
+def check_finite(arrays, sampler, step_size, where, fixes="standardise the features, or increase the friction",
+                 iteration=None):
+    """Raise :func:`divergence_error` if any of ``arrays`` (None skipped) is non-finite."""
+    if not all(a is None or np.isfinite(a).all() for a in arrays):
+        raise divergence_error(sampler, step_size, where, fixes, iteration)
+
+
 def _check_finite(state, sampler, t):
     if not state.is_finite():
-        raise DivergenceError(
-            f"{type(sampler).__name__} diverged: the chain's state became non-finite by iteration "
-            f"{t + 1} with step_size={state.step_size:.4g}. Use a smaller step_size (for example "
-            f"{state.step_size / 4:.3g}), standardise the features, or increase the friction.",
-            sampler=type(sampler).__name__, step_size=state.step_size, iteration=t + 1,
-        )
+        raise divergence_error(type(sampler).__name__, state.step_size,
+                               f"the chain's state became non-finite by iteration {t + 1}", iteration=t + 1)
+
+
+def call_with_model(worker, model, method, *args):
+    """``getattr(worker, method)(*args)`` with ``worker.grad_estimator.model = model``, on one BLAS thread.
+
+    How every parallel task runs (chains here, multilevel SGLD's chunks of paths): the
+    model (and so X) travels as its own argument, shared by every task, and not inside
+    the worker: joblib's dask backend scatters it once per worker and loky memmaps it
+    once, where a worker carrying it would ship X once per task and pickle it back with
+    every result. One BLAS thread, wherever the task runs: a multithreaded product sums in
+    another order than a single-threaded one, so results would depend on the process
+    (loky and dask workers run single-threaded BLAS, the caller's process does not) and
+    the same random_state would not give the same draws for every n_jobs. Tasks are the
+    unit of parallelism; their per-step products are too small to gain from threads.
+    """
+    worker.grad_estimator.model = model
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            return getattr(worker, method)(*args)
+    finally:
+        worker.grad_estimator.model = None
 
 
 def _advance(runner, model, n_steps):
-    # The model (and so X) travels as its own argument, shared by every task, and not
-    # inside the runner: joblib's dask backend scatters it once per worker and loky
-    # memmaps it once, where a runner carrying it would ship X once per chain and
-    # pickle it back with every result.
-    runner.grad_estimator.model = model
-    try:
-        # One BLAS thread, wherever the chain runs: a multithreaded product sums in another
-        # order than a single-threaded one, so draws would depend on the process (loky and
-        # dask workers run single-threaded BLAS, the caller's process does not) and the same
-        # random_state would not give the same draws for every n_jobs. Chains are the unit
-        # of parallelism; their per-step products are too small to gain from threads.
-        with threadpool_limits(limits=1, user_api="blas"):
-            tic = time.perf_counter()
-            runner.advance(n_steps)
-            runner.compute_seconds = time.perf_counter() - tic
-    finally:
-        runner.grad_estimator.model = None
+    tic = time.perf_counter()
+    call_with_model(runner, model, "advance", n_steps)
+    runner.compute_seconds = time.perf_counter() - tic
     return runner
 
 

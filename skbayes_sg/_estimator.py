@@ -322,17 +322,11 @@ class BaseSGBayes(BaseEstimator):
         if sample_weight is not None:
             model.set_sample_weight(sample_weight)
         batch_size = self._batch_size(sampler, model.n_samples, model.n_params)
-        if getattr(sampler, "is_multilevel", False):
-            if not self._supports_multilevel:
-                raise ValueError(
-                    f"{type(self).__name__} does not support multilevel samplers ({type(sampler).__name__}): "
-                    "their coupled paths evaluate this model's gradients one path at a time, minutes even on "
-                    "small data. Use a chain sampler, such as the default sampler='mccadl'.")
-            if streaming:
-                raise ValueError("partial_fit does not support multilevel samplers; use fit.")
-            # "auto" goes through unresolved: the multilevel driver has its own rule, the
-            # paper's n = ceil(N^(1/3)).
-            return self._fit_multilevel(sampler, model, "auto" if self.batch_size == "auto" else batch_size)
+        return sampler.fit_estimator(self, X, y, model, batch_size, streaming)
+
+    def _fit_chains(self, sampler, X, y, model, batch_size, streaming):
+        """The chain strategy (:meth:`~skbayes_sg.samplers.BaseSampler.fit_estimator`):
+        run, or continue, the chains and set the fitted attributes."""
         can_resume = hasattr(self, "_chain_states") and self._can_resume(sampler, model)
         resume = (self.warm_start or streaming) and can_resume
         burn_in, max_draws, first = self._first_schedule(sampler, model.n_params, resume)
@@ -577,15 +571,13 @@ class BaseSGBayes(BaseEstimator):
             self._seen_y = np.concatenate([self._seen_y, y])
         return self._seen_X, self._seen_y, getattr(self, "_seen_w", None)
 
-    def _fit_multilevel(self, sampler, model, batch_size):
-        """Fit by a multilevel estimator: signed-weight draws instead of chains.
+    def _set_weighted_draws(self, sampler, model, draws, weights, diag):
+        """Set the fitted attributes from one set of signed-weight draws (no chains).
 
-        The sampler's ``run(model, theta0, seed, n_jobs, batch_size)`` returns
-        ``(draws (n_draws, P), weights (n_draws,), diagnostics dict)`` such that
-        ``sum_s weights[s] f(draws[s])`` estimates the posterior expectation of ``f``.
+        For strategies such as multilevel SGLD: ``sum_s weights[s] f(draws[s])``, with
+        ``draws`` (n_draws, P) and ``weights`` (n_draws,), estimates the posterior
+        expectation of ``f``; ``diag`` becomes ``diagnostics_``.
         """
-        theta0 = self._initial_points(model)[0]
-        draws, weights, diag = sampler.run(model, theta0, self._seeds(0)[0], self.n_jobs, batch_size)
         self._chain_states = self._chain_progress = None
         self._fit_round = 0
         self._sampler = sampler
@@ -606,7 +598,7 @@ class BaseSGBayes(BaseEstimator):
         return self
 
     def _can_resume(self, sampler, model):
-        if getattr(sampler, "is_multilevel", False) or self._chain_states is None:
+        if self._chain_states is None:
             return False
         prev = getattr(self, "_sampler", None)
         return (

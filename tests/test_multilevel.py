@@ -14,8 +14,10 @@ from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg._estimator import _map_estimate, _newton_map
 from skbayes_sg.minibatch import MinibatchGradient, TaylorControlVariateGradient
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel, SoftmaxModel
-from skbayes_sg.multilevel import CoupledSGLD, _coarse_rows, estimate, find_map
-from skbayes_sg.samplers import MLSGLD
+from skbayes_sg.multilevel import CoupledSGLD, estimate, find_map
+from skbayes_sg.multilevel._coupling import _coarse_rows
+from skbayes_sg.samplers import MLSGLD, SGLD
+from skbayes_sg.samplers._substeps import langevin_step
 
 
 def _models(rng, N=40, D=3):
@@ -85,9 +87,9 @@ def test_stochastic_force_is_unbiased(taylor):
     model = _models(rng)["logistic"]
     N = model.n_samples
     theta, theta0 = _point(model, rng), _point(model, rng)
-    target = CoupledSGLD(model, theta0, 0.1, 5, 1, taylor=taylor).target
-    assert type(target) is (TaylorControlVariateGradient if taylor else MinibatchGradient)
-    F = target.gradient_paths(np.tile(theta, (N, 1)), np.arange(N)[:, None])
+    grad_estimator = CoupledSGLD(model, theta0, 0.1, 5, 1, taylor=taylor).grad_estimator
+    assert type(grad_estimator) is (TaylorControlVariateGradient if taylor else MinibatchGradient)
+    F = grad_estimator.gradient_paths(np.tile(theta, (N, 1)), np.arange(N)[:, None])
     np.testing.assert_allclose(F.mean(axis=0), model.grad_log_posterior(theta), rtol=1e-10, atol=1e-10)
 
 
@@ -284,8 +286,11 @@ def test_estimators_fit_by_mlsgld_with_signed_weights():
     assert reg.sample_weight_.shape == reg.samples_.shape[:2]
     assert np.isclose(reg.sample_weight_.sum(), 1.0) and (reg.sample_weight_ < 0).any()
     d = reg.diagnostics_
-    for key in ("n_grad_evals", "levels", "n_iter", "rmse", "converged"):
+    for key in ("n_grad_evals", "levels", "n_iter", "rmse", "converged", "weak_rate", "variance_rate"):
         assert key in d
+    # Giles' rates are clipped below at 1/2; the antithetic coupling's V_l decays about twice
+    # as fast as |E Delta_l|. The prior's alpha is not shadowed by a rate of the same name.
+    assert d["weak_rate"] >= 0.5 and d["variance_rate"] >= 0.5 and "alpha" not in d and "beta" not in d
     # RMSE 0.2 sd per coordinate; 5 sd of slack for a single fit.
     assert np.all(np.abs(np.r_[reg.coef_, reg.intercept_] - mu) < 5 * 0.2 * np.sqrt(np.diag(S)))
     mean, std = reg.predict(model.X[:4], return_std=True)
@@ -304,3 +309,30 @@ def test_estimators_fit_by_mlsgld_with_signed_weights():
 def test_mlsgld_rejects_bad_hyperparameters(params):
     with pytest.raises(ValueError):
         MLSGLD(**params).validate()
+
+
+def test_mlsgld_is_a_strategy_chosen_by_the_sampler_not_by_the_estimator():
+    # The estimator fits through sampler.fit_estimator; MLSGLD's is the multilevel strategy,
+    # which refuses partial_fit (the data grow, the levels cannot continue) and is no chain
+    # sampler: it has no transition of its own to step.
+    X = np.random.default_rng(0).standard_normal((30, 2))
+    y = np.arange(30) % 2
+    with pytest.raises(ValueError, match="partial_fit does not support multilevel samplers"):
+        SGBayesLogisticRegression(sampler="mlsgld").partial_fit(X, y, classes=[0, 1])
+    sampler = MLSGLD()
+    assert type(sampler).fit_estimator is not SGLD.fit_estimator
+    with pytest.raises(NotImplementedError):
+        sampler.step(None, None, None)
+
+
+def test_the_shared_sgld_transition_is_eq_2_on_one_chain_and_on_a_path_stack():
+    # theta + h F + sqrt(2 h T) dW, leaving dW intact unless it is the workspace: the coarse
+    # path reuses the fine increments.
+    rng = np.random.default_rng(3)
+    theta, F, dW = rng.standard_normal((3, 4, 2))
+    expected = theta + 0.1 * F + np.sqrt(2 * 0.1 * 1.5) * dW
+    kept = dW.copy()
+    np.testing.assert_allclose(langevin_step(theta.copy(), F, 0.1, dW, 1.5), expected, rtol=1e-14)
+    np.testing.assert_array_equal(dW, kept)
+    np.testing.assert_allclose(langevin_step(theta[0].copy(), F[0], 0.1, dW[0], 1.5, out=dW[0]), expected[0],
+                               rtol=1e-14)

@@ -87,3 +87,18 @@ def thermostat(xi, p, delta, thermal_mass, temperature, pp=None):
     if pp is None:
         pp = float(p @ p)
     return xi + delta * (pp - p.size * temperature) / thermal_mass
+
+
+def langevin_step(theta, force, h, noise, temperature=1.0, out=None):
+    """SGLD's Euler-Maruyama step ``theta <- theta + h F~ + sqrt(2 h T) noise``, in place.
+
+    Multilevel SGLD paper (Nagapetyan et al. 2017), eq. 2, at temperature ``T``. Works on
+    one chain's ``theta`` (P,) as on a stack of paths (M, P), with ``force`` and ``noise``
+    of the same shape. The increment is formed in ``out`` (a fresh array if None): the
+    single chain passes its fresh noise, saving two temporaries, while coupled paths keep
+    their Brownian increments, which the coarse path reuses.
+    """
+    incr = np.multiply(noise, math.sqrt(2.0 * h * temperature), out=out)
+    incr += h * force
+    theta += incr
+    return theta

@@ -1,6 +1,5 @@
-"""Multilevel SGLD as an estimator's sampler: signed-weight draws instead of chains."""
+"""Multilevel SGLD as an estimators' strategy: signed-weight draws instead of chains."""
 
-from ..multilevel import estimate
 from ._base import AUTO, POSITIVE, POSITIVE_INT, BaseSampler
 
 
@@ -25,8 +24,9 @@ class MLSGLD(BaseSampler):
     meaningless). ``diagnostics_`` holds ``n_grad_evals`` (data items touched by the paths,
     the paper's cost unit), ``n_grad_evals_setup`` (Hessian and gradient at the start),
     ``levels`` (per level: step size, steps, ``N_l``, mean and variance of ``Delta_l``,
-    cost per sample), ``rmse`` (estimated, per parameter), ``converged``, and ``n_iter``
-    (SGLD steps over all paths). The estimator's ``n_iter``, ``burn_in``, ``thin``,
+    cost per sample), ``rmse`` (estimated, per parameter), ``converged``, ``weak_rate`` and
+    ``variance_rate`` (Giles' ``alpha`` and ``beta``: the fitted decay in ``l`` of
+    ``|E Delta_l|`` and ``V_l``, log base 2), and ``n_iter`` (SGLD steps over all paths). The estimator's ``n_iter``, ``burn_in``, ``thin``,
     ``n_chains`` and ``warm_start`` do not apply; its ``batch_size`` is the minibatch size
     ``n`` (the paper uses ``ceil(N^(1/3))``) and ``init`` the start and Taylor expansion
     point ``theta_0`` (``"map"``, the default, as in the paper).
@@ -76,8 +76,6 @@ class MLSGLD(BaseSampler):
     >>> clf = SGBayesLogisticRegression(sampler=MLSGLD(target_rmse=0.2), random_state=0)
     """
 
-    is_multilevel = True
-
     #: Largest number of parameters for which ``taylor="auto"`` uses the Taylor gradient.
     TAYLOR_MAX_PARAMS = 200
 
@@ -113,54 +111,34 @@ class MLSGLD(BaseSampler):
             raise ValueError(f"MLSGLD: max_levels must be at least 2 (the estimate starts from levels 0, 1 and 2); "
                              f"got {self.max_levels!r}.")
 
-    def run(self, model, theta0, seed, n_jobs=None, batch_size=None):
-        """Run the multilevel estimator of the posterior mean; return signed-weight draws.
+    def fit_estimator(self, estimator, X, y, model, batch_size, streaming=False):
+        """The multilevel strategy: :func:`~skbayes_sg.multilevel.estimate` of the posterior mean.
 
-        Parameters
-        ----------
-        model : Model
-        theta0 : ndarray of shape (P,)
-            Start of every path and Taylor expansion point.
-        seed : numpy.random.SeedSequence
-        n_jobs : int or None
-        batch_size : int or None
-
-        Returns
-        -------
-        draws : ndarray of shape (n_draws, P)
-        weights : ndarray of shape (n_draws,)
-            ``sum_s weights[s] f(draws[s])`` is the multilevel estimate of ``E[f]``.
-        diagnostics : dict
+        Starts every path at, and expands the Taylor gradient around, the estimator's start
+        (its MAP with ``init="map"``), and stores the coupled states with signed weights
+        (:meth:`~skbayes_sg._estimator.BaseSGBayes._set_weighted_draws`).
         """
+        if not estimator._supports_multilevel:
+            raise ValueError(
+                f"{type(estimator).__name__} does not support multilevel samplers ({type(self).__name__}): their "
+                "coupled paths evaluate this model's gradients one path at a time, minutes even on small data. "
+                "Use a chain sampler, such as the default sampler='mccadl'.")
+        if streaming:
+            raise ValueError("partial_fit does not support multilevel samplers; use fit.")
+        # The multilevel strategy sits above the samplers (it drives the shared SGLD transition
+        # through the chain driver's tasks), so it is imported where it is used.
+        from ..multilevel import estimate
+
         self.validate()
         taylor = model.n_params <= self.TAYLOR_MAX_PARAMS if self.taylor == "auto" else self.taylor
         res = estimate(
-            model, None, self.target_rmse, theta0=theta0, rmse_units="posterior_sd", antithetic=self.antithetic,
-            taylor=taylor, averaging=self.averaging, step_size=self.step_size, horizon=self.horizon,
-            batch_size=batch_size, n_initial=self.n_initial, max_levels=self.max_levels, n_jobs=n_jobs,
-            random_state=seed, keep_draws=True, max_grad_evals=self.max_grad_evals,
-        )
-        diag = {
-            "n_grad_evals": res.n_grad_evals,
-            "n_grad_evals_setup": res.n_grad_evals_setup,
-            "n_iter": res.n_iter,
-            "levels": res.levels,
-            "n_levels": len(res.levels),
-            "step_size": res.step_size,
-            "horizon": res.horizon,
-            "batch_size": res.batch_size,
-            "rmse": res.rmse,
-            "target_rmse": res.target_rmse,
-            "converged": res.converged,
-            "taylor": taylor,
-            "alpha": res.alpha,
-            "beta": res.beta,
-            **res.extra,
-        }
-        return res.draws, res.weights, diag
-
-    def init_state(self, theta0, target, rng, step_size):
-        raise TypeError("MLSGLD is a multilevel estimator, not a Markov chain: estimators call MLSGLD.run().")
-
-    def step(self, state, target, rng):
-        raise TypeError("MLSGLD is a multilevel estimator, not a Markov chain: estimators call MLSGLD.run().")
+            model, None, self.target_rmse, theta0=estimator._initial_points(model)[0], rmse_units="posterior_sd",
+            antithetic=self.antithetic, taylor=taylor, averaging=self.averaging, step_size=self.step_size,
+            horizon=self.horizon, n_initial=self.n_initial, max_levels=self.max_levels, n_jobs=estimator.n_jobs,
+            # "auto" goes through unresolved: the paper's n = ceil(N^(1/3)).
+            batch_size="auto" if estimator.batch_size == "auto" else batch_size,
+            random_state=estimator._seeds(0)[0], keep_draws=True, max_grad_evals=self.max_grad_evals)
+        keys = ("n_grad_evals", "n_grad_evals_setup", "n_iter", "levels", "step_size", "horizon", "batch_size",
+                "rmse", "target_rmse", "converged", "weak_rate", "variance_rate")
+        diag = {**{k: getattr(res, k) for k in keys}, "n_levels": len(res.levels), "taylor": taylor, **res.extra}
+        return estimator._set_weighted_draws(self, model, res.draws, res.weights, diag)

@@ -1,12 +1,11 @@
 """Stochastic gradient Langevin dynamics (Welling & Teh 2011) at a fixed step size."""
 
-import math
-
 from sklearn.utils._param_validation import StrOptions
 
 from ..preconditioning import PRECONDITIONERS
 from ._base import AUTO, POSITIVE, BaseSampler
 from ._state import NoInfo
+from ._substeps import langevin_step
 
 _NO_INFO = NoInfo()
 
@@ -75,8 +74,5 @@ class SGLD(BaseSampler):
         h = state.step_size
         force, _ = grad_estimator.gradient(state.theta, rng)
         noise = rng.standard_normal(state.theta.shape)
-        # In place on the fresh noise: the same sum as h F + sqrt(2 h T) xi, two temporaries fewer.
-        noise *= math.sqrt(2.0 * h * self.temperature)
-        noise += h * force
-        state.theta += noise
+        langevin_step(state.theta, force, h, noise, self.temperature, out=noise)
         return state, _NO_INFO

@@ -1,0 +1,191 @@
+"""Coupled fine and coarse SGLD paths (paper section 3): stacks of paths stepped by the
+shared SGLD transition with the shared gradient layer's forces at rows the coupling draws.
+Only which rows and Brownian increments fine and coarse paths share is the coupling's own.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._chains import check_finite
+from ..minibatch import MinibatchGradient, TaylorControlVariateGradient
+from ..samplers._substeps import langevin_step
+
+# Floats one vectorised chunk of paths may gather per step (paths x rows x features): bounds
+# memory, and being independent of n_jobs keeps the random streams (one per chunk) fixed.
+_CHUNK_FLOATS = 2**20
+
+
+def _coarse_rows(rng, rows1, rows2):
+    """The plain coupling's coarse minibatch: ``n`` of the ``2n`` fine rows without replacement.
+
+    Each coarse minibatch is then again ``n`` independent draws of the fine rows' law, which
+    keeps the telescoping sum exact (paper eq. 8).
+    """
+    if rows1 is None:
+        return None
+    n = rows1.shape[1]
+    both = np.concatenate([rows1, rows2], axis=1)
+    pick = np.argpartition(rng.random(both.shape), n - 1, axis=1)[:, :n]
+    return np.take_along_axis(both, pick, axis=1)
+
+
+@dataclass
+class LevelSample:
+    """Independent samples of one level's correction ``Delta_l`` (paper eq. 4).
+
+    ``delta`` (M, q): ``Delta_l`` per path. ``points`` (M, k, P) or None: the states ``g`` was
+    evaluated at (fine first), when kept, with ``Delta_l = sum_j coefs[j] g(points[:, j])``.
+    ``n_grad_evals``: data items touched (the paper's cost); ``n_steps``: SGLD steps.
+    """
+
+    delta: np.ndarray
+    points: object
+    coefs: np.ndarray
+    n_grad_evals: int
+    n_steps: int
+
+
+class CoupledSGLD:
+    """The levels of multilevel SGLD: coupled fine and coarse SGLD paths (paper section 3).
+
+    Level ``l`` runs SGLD (eq. 2) at ``h_l = h_0 2^-l`` for ``s_l = m (l + 1) 2^l`` steps
+    (horizon ``T_l = m (l + 1) h_0``, section 4.1) from ``theta_0``; ``Delta_0 = g(theta_{s_0})``.
+    Above (Algorithm 1) the fine path runs ``s_l - 2 s_{l-1}`` steps alone, then two fine
+    steps (increments ``dW_1, dW_2``, minibatches ``tau_1, tau_2``) per coarse step at
+    ``2 h_l`` with increment ``(dW_1 + dW_2) / sqrt 2`` (eq. 9), so the coarse path is a level
+    ``l - 1`` path and the telescoping sum is exact. Plain coupling (section 3.1): the coarse
+    minibatch is ``n`` of the ``2n`` fine rows (eq. 8), ``V_l = O(h_l)``. Antithetic (3.2,
+    eq. 10): coarse paths ``c+`` on ``tau_1`` and ``c-`` on ``tau_2``, ``Delta_l = g(f) -
+    (g(c+) + g(c-)) / 2``, ``V_l = O(h_l^2)``. Averaging (3.3): ``g`` averaged over the last
+    ``p_l = p_0 2^l`` states, ``p_0 = ceil(m / 2)``, the same time ``p_l h_l`` on every level.
+
+    Parameters
+    ----------
+    model : Model
+    theta0 : ndarray of shape (P,)
+        Start of every path and Taylor expansion point (the MAP in the paper).
+    step_size : float
+        ``h_0``.
+    horizon : int
+        ``m``.
+    batch_size : int or None
+        Minibatch size ``n`` (``None``: full data).
+    antithetic, taylor, averaging : bool
+        The variants of sections 3.2, 3.4 and 3.3.
+    H_loglik : ndarray of shape (P, P), optional
+        Full-data log-likelihood Hessian at ``theta0``, if already computed.
+
+    Attributes
+    ----------
+    grad_estimator : MinibatchGradient
+        The shared force of every path: :class:`~skbayes_sg.minibatch.TaylorControlVariateGradient`
+        at ``theta0`` (section 3.4, eq. 11) with ``taylor`` and a minibatch, plain otherwise.
+    """
+
+    def __init__(self, model, theta0, step_size, horizon, batch_size, *, antithetic=True, taylor=True,
+                 averaging=False, H_loglik=None):
+        self.theta0 = np.asarray(theta0, dtype=float).copy()
+        self.h0, self.m = float(step_size), int(horizon)
+        self.antithetic, self.averaging = bool(antithetic), bool(averaging)
+        grad_estimator = MinibatchGradient(model, batch_size)
+        if taylor and not grad_estimator.full:
+            grad_estimator = TaylorControlVariateGradient(model, batch_size, theta_hat=self.theta0, H_hat=H_loglik)
+        self.grad_estimator = grad_estimator
+        self.taylor = isinstance(grad_estimator, TaylorControlVariateGradient)
+        self.p0 = (self.m + 1) // 2
+        self._width = self.batch_size * max(1, getattr(model, "n_features", self.theta0.size))
+
+    @property
+    def batch_size(self):
+        """``n``: rows per minibatch (``N`` for the full data)."""
+        return self.grad_estimator.batch_size
+
+    def step_size(self, level):
+        """``h_l = h_0 2^-l``."""
+        return self.h0 * 2.0**-level
+
+    def n_steps(self, level):
+        """``s_l = T_l / h_l = m (l + 1) 2^l``."""
+        return self.m * (level + 1) * 2**level
+
+    def window(self, level):
+        """States averaged per path at ``level`` (1 without averaging)."""
+        return self.p0 * 2**level if self.averaging else 1
+
+    def cost(self, level):
+        """``C_l``: data items touched per sample of ``Delta_level`` (fine and coarse steps)."""
+        coarse = self.n_steps(level - 1) * (2 if self.antithetic else 1) if level else 0
+        return (self.n_steps(level) + coarse) * self.batch_size
+
+    def chunk_size(self):
+        """Paths stepped together: bounded so a gathered minibatch stack stays small."""
+        return int(max(16, min(4096, _CHUNK_FLOATS // self._width)))
+
+    def level_info(self, level):
+        """``step_size`` (``h_l``) and ``n_steps`` (``s_l``), for the driver's table."""
+        return {"step_size": self.step_size(level), "n_steps": self.n_steps(level)}
+
+    def settings(self):
+        """``theta0``, ``step_size`` (``h_0``), ``horizon`` (``m``), ``batch_size`` (``n``)."""
+        return {"theta0": self.theta0, "step_size": self.h0, "horizon": self.m, "batch_size": self.batch_size}
+
+    def sample(self, level, n_paths, rng, g=None, keep_points=False):
+        """Simulate ``n_paths`` independent samples of ``Delta_level``.
+
+        ``g`` maps states (M, P) to (M,) or (M, q) (identity if None); ``keep_points`` keeps
+        the states it was evaluated at (for signed-weight draws). Returns a :class:`LevelSample`.
+        """
+        M, P, grad_estimator = int(n_paths), self.theta0.size, self.grad_estimator
+        h, s, pf = self.step_size(level), self.n_steps(level), self.window(level)
+        s_c = self.n_steps(level - 1) if level else 0
+        pc = self.window(level - 1) if level else 1
+        n_c = (2 if self.antithetic else 1) if level else 0
+        delta, points, coefs = None, [], []
+
+        def record(states, coef):  # adds coef g(states) to Delta_l
+            nonlocal delta
+            term = coef * np.asarray(states if g is None else g(states), dtype=float).reshape(M, -1)
+            delta = term if delta is None else np.add(delta, term, out=delta)
+            coefs.append(coef)
+            if keep_points:
+                points.append(states.copy())
+
+        fine, coarse = np.tile(self.theta0, (M, 1)), np.tile(self.theta0, (n_c * M, 1))
+        work, dW_c = np.empty((M, P)), np.empty((n_c * M, P))
+
+        def fine_step(j):
+            rows, dW = grad_estimator.draw_rows(rng, M), rng.standard_normal((M, P))
+            langevin_step(fine, grad_estimator.gradient_paths(fine, rows), h, dW, out=work)
+            if j > s - pf:
+                record(fine, 1.0 / pf)
+            return rows, dW
+
+        # A diverging path overflows before the check below names the step and the fix; numpy's
+        # overflow warnings would only be noise, as in the chains.
+        with np.errstate(over="ignore", invalid="ignore"):
+            n_alone = s - 2 * s_c
+            for j in range(1, n_alone + 1):
+                fine_step(j)
+            for k in range(1, s_c + 1):
+                rows1, dW1 = fine_step(n_alone + 2 * k - 1)
+                rows2, dW2 = fine_step(n_alone + 2 * k)
+                # The coarse increment is the fine ones' sum over the coarse step (eq. 9).
+                np.add(dW1, dW2, out=dW_c[:M])
+                dW_c[:M] *= 1.0 / math.sqrt(2.0)
+                if self.antithetic:  # c+ takes tau_1, c- tau_2 (eq. 10)
+                    dW_c[M:] = dW_c[:M]
+                    rows = None if rows1 is None else np.concatenate([rows1, rows2])
+                else:
+                    rows = _coarse_rows(rng, rows1, rows2)
+                langevin_step(coarse, grad_estimator.gradient_paths(coarse, rows), 2.0 * h, dW_c, out=dW_c)
+                if k > s_c - pc:
+                    for c in range(n_c):
+                        record(coarse[c * M:(c + 1) * M], -1.0 / (pc * n_c))
+        check_finite((fine, coarse), "MLSGLD", self.h0, f"the paths of level {level} (h_l = {h:.4g}) became "
+                     "non-finite", fixes="or standardise the features")
+        n_steps = M * (s + s_c * n_c)
+        return LevelSample(delta, np.stack(points, axis=1) if keep_points else None, np.asarray(coefs),
+                           n_steps * self.batch_size, n_steps)
+
