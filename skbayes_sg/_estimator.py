@@ -356,9 +356,7 @@ class BaseSGBayes(BaseEstimator):
                 sigma_max = self._noise_eigenvalue(chain_model, geometry, batch_size)
                 context = FitContext(chain_model, starts[0].theta, sigma_max=sigma_max,
                                      scale=self._auto_step_scale(sampler))
-                step_size = sampler.step_size_for(context)
-                for state in starts:
-                    state.step_size = step_size
+                starts = [sampler.retune(state, context) for state in starts]
         else:
             geometry = build_geometry(model, sampler, batch_size, self.gradient, self._map,
                                       self._auto_preconditioner, self._auto_control_variate, self.batch_scheme,

@@ -209,6 +209,15 @@ class BaseSampler(BaseEstimator):
         resolves from ``context`` (:meth:`step_size_for`)."""
         return SamplerState(theta=np.array(theta0, dtype=float), step_size=self.step_size_for(context, theta0))
 
+    def retune(self, state, context):
+        """A continued chain's ``state`` with its step size resolved anew from ``context``.
+
+        For ``partial_fit``, whose data grow between calls: the posterior sharpens, and a
+        step that was stable on the first chunks can diverge. The rest of the state is kept.
+        """
+        state.step_size = self.step_size_for(context, state.theta)
+        return state
+
     def step(self, state, grad_estimator, rng):
         """Advance ``state`` by one iteration (may update its arrays in place).
 
