@@ -61,7 +61,12 @@ class EllRows:
         key = (n, k)
         ptr = _INDPTR.get(key)
         if ptr is None:
-            ptr = _INDPTR[key] = (np.arange(0, n * k + 1, k, dtype=self.cols.dtype), np.ones(n * k))
+            if len(_INDPTR) > 64:  # a few batch sizes per fit; never unbounded
+                _INDPTR.clear()
+            ptr = (np.arange(0, n * k + 1, k, dtype=self.cols.dtype), np.ones(n * k))
+            for a in ptr:
+                a.flags.writeable = False  # shared by every minibatch of this shape
+            _INDPTR[key] = ptr
         data = ptr[1] if self.vals is None else self.vals.reshape(-1)
         return ptr[0], self.cols.reshape(-1), data
 

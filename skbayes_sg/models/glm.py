@@ -292,7 +292,8 @@ class _GLM(Model):
             return False
         rows, cols_nz = np.nonzero(narrow)
         slot = np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        cols = np.full((N, k), D, dtype=np.int32)
+        # The kernels' index type: int32 unless a full-data product's N k entries overflow it.
+        cols = np.full((N, k), D, dtype=np.int32 if N * k < 2**31 - 1 else np.int64)
         cols[rows, slot] = cols_nz
         values = narrow[rows, cols_nz]
         vals = None
