@@ -193,7 +193,9 @@ def measure(setting, chains, rounds, steps, profile):
             stats = pstats.Stats(prof)
             foreign = []
             for (filename, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
-                if "scipy" in filename or "sklearn" in filename:
+                # Python functions in scipy / sklearn, and their compiled functions (builtins,
+                # reported with filename "~": expit, the sparse kernels of EllRows).
+                if any(lib in filename or lib in func for lib in ("scipy", "sklearn")):
                     foreign.append({"function": f"{Path(filename).name}:{line}:{func}",
                                     "calls_per_iter": round(nc / n_prof, 3), "us_per_iter": round(1e6 * ct / n_prof, 2)})
             row = {"setting": setting, "profile": "scipy/sklearn functions called during mCCAdL iterations",
