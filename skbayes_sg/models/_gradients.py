@@ -55,8 +55,18 @@ class EllRows:
         self.cols, self.vals, self.n_features = cols, vals, n_features
         self.shape = (cols.shape[0], n_features)
 
+    _csr = _T = None  # _arrays() and T, built on first use (a C step multiplies several times)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_csr", None)
+        state.pop("_T", None)
+        return state
+
     def _arrays(self):
         """``(indptr, indices, data)`` of the ``n x (D + 1)`` CSR matrix (the phantom column last)."""
+        if self._csr is not None:
+            return self._csr
         n, k = self.cols.shape
         key = (n, k)
         ptr = _INDPTR.get(key)
@@ -68,10 +78,10 @@ class EllRows:
                 a.flags.writeable = False  # shared by every minibatch of this shape
             _INDPTR[key] = ptr
         data = ptr[1] if self.vals is None else self.vals.reshape(-1)
-        return ptr[0], self.cols.reshape(-1), data
+        self._csr = (ptr[0], self.cols.reshape(-1), data)
+        return self._csr
 
     def __matmul__(self, v):
-        v = np.asarray(v)
         if v.ndim == 2:
             return np.stack([self @ v[:, j] for j in range(v.shape[1])], axis=1)
         n, D = self.shape
@@ -84,7 +94,9 @@ class EllRows:
 
     @property
     def T(self):
-        return _EllRowsT(self)
+        if self._T is None:
+            self._T = _EllRowsT(self)
+        return self._T
 
     def toarray(self):
         n, D = self.shape
@@ -113,7 +125,6 @@ class _EllRowsT:
         self.shape = rows.shape[::-1]
 
     def __matmul__(self, u):
-        u = np.asarray(u)
         if u.ndim == 2:
             return np.stack([self @ u[:, j] for j in range(u.shape[1])], axis=1)
         n, D = self.rows.shape
