@@ -17,8 +17,9 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit, log_expit, logsumexp, softmax
 
+from . import _gradients
 from ._base import Model, as_paths
-from ._gradients import LinearPerExampleGradients, row_sq_norms
+from ._gradients import EllRows, LinearPerExampleGradients, row_sq_norms
 
 # Elements of the (rows, K) arrays of one block of a full-data pass (log likelihood,
 # gradient, Hessian-vector products): the predictor, residuals and curvature weights of a
@@ -143,7 +144,7 @@ def _weigh(w, R, extra=None):
 
 
 class _GLM(Model):
-    _data_attributes = ("X", "y", "_row_sq_cache", "_row_weight_cache", "_centre_cache", "_narrow_X",
+    _data_attributes = ("X", "y", "_row_sq_cache", "_row_weight_cache", "_centre_cache", "_narrow_X", "_ell_X",
                         "sample_weight")
     _supports_sample_weight = True
     _row_sq_cache = None
@@ -151,6 +152,9 @@ class _GLM(Model):
     #: One-byte copy of X that minibatches gather from (see :meth:`_gather_source`); False
     #: once X is known to have none.
     _narrow_X = None
+    #: ``(cols, vals or None)``: X's nonzeros in padded form for sparse minibatches (see
+    #: :meth:`_minibatch_rows`); False once X is known not to suit them.
+    _ell_X = None
     #: ``(theta_hat bytes, R_hat (N, K), extra_hat (N, k) or None)``: the per-example
     #: gradient terms of all rows at a control variate's centre (see
     #: :meth:`_centre_terms`).
@@ -250,6 +254,53 @@ class _GLM(Model):
             X, y = self.X[idx], self.y[idx]
         # Compactly stored class codes become the kernels' dtype here, minibatch by minibatch.
         return X, y.astype(self._y_dtype, copy=False)
+
+    def _minibatch_rows(self, idx):
+        """:meth:`_rows` for the per-example gradient operators of a one-output GLM.
+
+        When X is in memory, integer-valued in a byte and sparse (at most a quarter of its
+        columns nonzero in any row, as one-hot features are), the rows come as an
+        :class:`~._gradients.EllRows` of their nonzeros: the gather reads ``n k`` indices
+        instead of ``n D`` bytes and needs no cast to ``n D`` floats, and each product with
+        the minibatch costs ``O(n k)``. On a9a at batch 500 that takes 17 us off a gradient
+        of 48. The products agree with the dense ones to the last bits (summation order).
+        """
+        if self.n_outputs == 1 and (isinstance(idx, np.ndarray) or (isinstance(idx, slice) and idx.step is None)):
+            ell = self._ell_X
+            if ell is None:
+                ell = self._ell_X = self._ell_copy()
+            if ell is not False:
+                cols, vals = ell
+                if isinstance(idx, slice):  # an epochs block: views, no copy
+                    X, y = EllRows(cols[idx], None if vals is None else vals[idx], self.n_features), self.y[idx]
+                else:
+                    X = EllRows(np.take(cols, idx, axis=0), None if vals is None else np.take(vals, idx, axis=0),
+                                self.n_features)
+                    y = np.take(self.y, idx, axis=0)
+                return X, y.astype(self._y_dtype, copy=False)
+        return self._rows(idx)
+
+    def _ell_copy(self):
+        """:meth:`_minibatch_rows`'s arrays ``(cols (N, k) int32, vals (N, k) or None)``, or False."""
+        narrow = self._gather_source() if isinstance(self.X, np.ndarray) else None
+        if narrow is None or _gradients._csr_matvec is None:
+            return False
+        N, D = narrow.shape
+        counts = np.count_nonzero(narrow, axis=1)
+        k = int(counts.max()) if N else 0
+        if k == 0 or 4 * k > D:
+            return False
+        rows, cols_nz = np.nonzero(narrow)
+        slot = np.arange(rows.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        # The kernels' index type: int32 unless a full-data product's N k entries overflow it.
+        cols = np.full((N, k), D, dtype=np.int32 if N * k < 2**31 - 1 else np.int64)
+        cols[rows, slot] = cols_nz
+        values = narrow[rows, cols_nz]
+        vals = None
+        if (values != 1).any():
+            vals = np.zeros((N, k))
+            vals[rows, slot] = values
+        return cols, vals
 
     def _gather_source(self):
         """A copy of X in one byte a feature (uint8 or int8) when that holds it exactly, else None.
@@ -431,7 +482,7 @@ class _GLM(Model):
         return self._residuals(self._linear_predictor(theta, X), y), None
 
     def per_example_gradients(self, theta, idx):
-        X, y = self._rows(idx)
+        X, y = self._minibatch_rows(idx)
         R, extra = _weigh(self._weights_of(idx), *self._gradient_terms(theta, X, y))
         return LinearPerExampleGradients(X, R, self.fit_intercept, extra,
                                          row_sq_norms=lambda: self._row_sq_norms(idx, X))
@@ -443,7 +494,7 @@ class _GLM(Model):
         residuals differ, so the operator is a :class:`LinearPerExampleGradients` with
         ``R(theta) - R(theta_hat)``, one gather of the minibatch for both points.
         """
-        X, y = self._rows(idx)
+        X, y = self._minibatch_rows(idx)
         R, extra = self._gradient_terms(theta, X, y)
         R_hat, extra_hat = self._centre_terms(theta_hat, idx, X, y)
         R -= R_hat
