@@ -390,6 +390,8 @@ class Model:
                 continue
             if hasattr(value, "data") and hasattr(value, "indices"):  # scipy.sparse
                 size += value.data.nbytes + value.indices.nbytes + value.indptr.nbytes
+            elif isinstance(value, tuple):  # a GLM's padded sparse copy (cols, vals)
+                size += sum(getattr(part, "nbytes", 0) for part in value)
             else:
                 size += getattr(value, "nbytes", 0)
         return size
