@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 from numbers import Integral
 
 import numpy as np
-from joblib import Parallel, delayed
 
-from .._chains import call_with_model
+from .._chains import parallel_rounds, run_tasks
 
 
 @dataclass
@@ -84,9 +83,10 @@ def mlmc(
 
     From levels ``0..min_levels`` with ``n_initial`` samples each, it sets ``N_l`` from the
     estimated ``V_l`` and ``C_l`` and adds levels while the bias estimate exceeds ``eps / sqrt 2``
-    (:doc:`/maths/mlsgld`). Chunks of paths run as the chains' tasks
-    (:func:`~skbayes_sg._chains.call_with_model`), each on a child of ``seed`` keyed by (level,
-    round, chunk) and of a size independent of ``n_jobs``: results do not depend on ``n_jobs``.
+    (:doc:`/maths/mlsgld`). Rounds of chunks of paths run as the chains' rounds of tasks
+    (:func:`~skbayes_sg._chains.run_tasks`); each chunk's size and random stream (a child of
+    ``seed`` keyed by level, round and chunk) do not depend on ``n_jobs``, nor do the results.
+    A ``KeyboardInterrupt`` propagates, once joblib has stopped the workers.
 
     Parameters
     ----------
@@ -105,8 +105,11 @@ def mlmc(
         Keep the states and their signed weights.
     max_grad_evals : float or None, default=None
         Budget of per-example gradient evaluations, checked before each round.
-    rmse_units, n_jobs, verbose
-        See ``target_rmse``; joblib's.
+    rmse_units, n_jobs : str, int or None
+        See ``target_rmse``; joblib's number of processes.
+    verbose : int, default=0
+        Above 0, a progress bar of the data items touched (the chains' rounds,
+        :func:`~skbayes_sg._chains.parallel_rounds`).
 
     Returns
     -------
@@ -129,8 +132,8 @@ def mlmc(
     weak = var_rate = np.nan
     model = coupled.grad_estimator.model
     coupled.grad_estimator.model = None  # shipped once per task beside the coupling, as the chains' model
-    try:  # one managed Parallel for all rounds: joblib keeps its workers between rounds
-        with Parallel(n_jobs=n_jobs, verbose=verbose) as parallel:
+    try:  # in the chains' rounds: one Parallel, workers stopped on Ctrl-C, one progress bar
+        with parallel_rounds(n_jobs, verbose, desc="MLSGLD", unit="data items") as (parallel, bar):
             while dN.sum() > 0:
                 projected = float(evals.sum() + np.dot(dN[:n_lev], cost[:n_lev]))
                 if max_grad_evals is not None and projected > max_grad_evals:
@@ -141,18 +144,24 @@ def mlmc(
                         f" to reach target_rmse, over max_grad_evals={max_grad_evals:.3g}. Increase target_rmse, "
                         "standardise the features, or raise max_grad_evals."
                     )
-                tasks = [
-                    (lv, min(chunk, dN[lv] - start), j)
+                # Chunks of a size independent of n_jobs, with random streams keyed by (level, round, chunk).
+                chunks = [
+                    (lv, j, min(chunk, dN[lv] - i))
                     for lv in range(n_lev)
-                    for j, start in enumerate(range(0, dN[lv], chunk))
+                    for j, i in enumerate(range(0, dN[lv], chunk))
                 ]
-                keys = [(*seed.spawn_key, lv, rnd, j) for lv, _, j in tasks]  # streams keyed by (level, round, chunk)
-                rngs = [np.random.default_rng(np.random.SeedSequence(seed.entropy, spawn_key=k)) for k in keys]
-                results = parallel(
-                    delayed(call_with_model)(coupled, model, "sample", lv, int(size), rng, g, keep_draws)
-                    for (lv, size, _), rng in zip(tasks, rngs)
-                )
-                for (level, size, _), res in zip(tasks, results):
+                streams = [
+                    np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, lv, rnd, j)) for lv, j, _ in chunks
+                ]
+                tasks = [
+                    (lv, int(size), np.random.default_rng(sd), g, keep_draws)
+                    for (lv, _, size), sd in zip(chunks, streams)
+                ]
+                results = run_tasks(parallel, coupled, model, "sample", tasks)
+                if bar is not None:
+                    bar.total = int(projected)
+                    bar.update(sum(res.n_grad_evals for res in results))
+                for (level, size, *_), res in zip(tasks, results):
                     if sum1 is None:
                         sum1, sum2 = (np.zeros((max_levels + 1, res.delta.shape[1])) for _ in range(2))
                     sum1[level] += res.delta.sum(axis=0)

@@ -137,7 +137,8 @@ class MLSGLD(BaseSampler):
             horizon=self.horizon, n_initial=self.n_initial, max_levels=self.max_levels, n_jobs=estimator.n_jobs,
             # "auto" goes through unresolved: the paper's n = ceil(N^(1/3)).
             batch_size="auto" if estimator.batch_size == "auto" else batch_size,
-            random_state=estimator._seeds(0)[0], keep_draws=True, max_grad_evals=self.max_grad_evals)
+            random_state=estimator._seeds(0)[0], keep_draws=True, max_grad_evals=self.max_grad_evals,
+            verbose=estimator.verbose)
         keys = ("n_grad_evals", "n_grad_evals_setup", "n_iter", "levels", "step_size", "horizon", "batch_size",
                 "rmse", "target_rmse", "converged", "weak_rate", "variance_rate")
         diag = {**{k: getattr(res, k) for k in keys}, "n_levels": len(res.levels), "taylor": taylor, **res.extra}
