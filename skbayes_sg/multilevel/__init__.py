@@ -1,115 +1,14 @@
 """Multilevel SGLD (Nagapetyan, Szpruch, Vollmer, Zygalakis and Giles 2017, :doc:`/maths/mlsgld`).
 
 :class:`CoupledSGLD` (``_coupling.py``) couples fine and coarse SGLD paths, :func:`mlmc`
-(``_allocation.py``) allocates samples and levels (Giles' algorithm) and :func:`estimate` sets
-them up; :class:`~skbayes_sg.samplers.MLSGLD` is the estimators' strategy built on it.
+(``_allocation.py``) allocates samples and levels (Giles' algorithm). The strategy that sets
+them up, :class:`~skbayes_sg.samplers.MLSGLD` for the estimators and :func:`estimate`
+standalone, is in ``samplers/mlsgld.py``; :func:`find_map` is the estimators' MAP.
 """
 
-import math
-from numbers import Integral
-
-import numpy as np
-
 from .._estimator import find_map
-from ..samplers._step_size import multilevel_step_and_horizon
+from ..samplers.mlsgld import estimate
 from ._allocation import MultilevelResult, mlmc
 from ._coupling import CoupledSGLD, LevelSample
 
 __all__ = ["CoupledSGLD", "LevelSample", "MultilevelResult", "estimate", "find_map", "mlmc"]
-
-
-def estimate(
-    model,
-    g=None,
-    target_rmse=0.1,
-    *,
-    theta0=None,
-    rmse_units="absolute",
-    antithetic=True,
-    taylor=True,
-    averaging=False,
-    step_size="auto",
-    horizon="auto",
-    batch_size="auto",
-    n_initial=100,
-    min_levels=2,
-    max_levels=10,
-    n_jobs=None,
-    random_state=None,
-    keep_draws=False,
-    verbose=0,
-    max_grad_evals=None,
-):
-    """Multilevel SGLD estimate of the posterior expectation ``E[g(theta)]`` to RMSE ``target_rmse``.
-
-    Parameters
-    ----------
-    model : Model
-        For instance ``LogisticModel(X, y)`` from :mod:`skbayes_sg.models`.
-    g : callable or None, default=None
-        Maps states (M, P) to (M,) or (M, q). None estimates the posterior mean.
-    theta0 : ndarray of shape (P,), optional
-        Start of every path and Taylor expansion point; :func:`find_map` by default.
-    antithetic, taylor, averaging : bool, default=True, True, False
-        Couplings and gradient of :class:`CoupledSGLD`.
-    step_size, horizon : float or "auto", int or "auto", default="auto"
-        ``h_0`` and ``m`` (:func:`~skbayes_sg.samplers._step_size.multilevel_step_and_horizon`).
-    batch_size : int, "auto" or None, default="auto"
-        ``n``; ``"auto"``: the paper's ``ceil(N^(1/3))``; None: the full data.
-    random_state : int, SeedSequence or None
-    keep_draws : bool, default=False
-        Keep the states with signed weights (``result.draws``, ``result.weights``).
-    target_rmse, rmse_units, n_initial, min_levels, max_levels, n_jobs, verbose, max_grad_evals
-        As in :func:`mlmc`.
-
-    Returns
-    -------
-    MultilevelResult
-        Its ``n_grad_evals_setup`` counts the data items the set-up touched (MAP and Hessians).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from skbayes_sg.models import LogisticModel
-    >>> from skbayes_sg.multilevel import estimate
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.standard_normal((1000, 2))
-    >>> y = (rng.random(1000) < 1 / (1 + np.exp(-X @ [1.0, -0.5]))).astype(float)
-    >>> res = estimate(LogisticModel(X, y), target_rmse=0.2, rmse_units="posterior_sd", random_state=0)
-    >>> res.estimate.shape
-    (3,)
-    """
-    N, setup = model.n_samples, 0
-    if theta0 is None:
-        theta0, passes = find_map(model)
-        setup += passes * N
-    theta0 = np.asarray(theta0, dtype=float)
-    if batch_size == "auto":
-        batch_size = math.ceil(N ** (1.0 / 3.0) - 1e-9)
-    elif batch_size is not None and (not isinstance(batch_size, Integral) or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive int, 'auto' or None; got {batch_size!r}.")
-    step_size, horizon, lam_max, lam_min = multilevel_step_and_horizon(
-        model.posterior_hessian(theta0), step_size, horizon
-    )
-    coupled = CoupledSGLD(
-        model, theta0, step_size, horizon, batch_size, antithetic=antithetic, taylor=taylor, averaging=averaging
-    )
-    seed = random_state if isinstance(random_state, np.random.SeedSequence) else np.random.SeedSequence(random_state)
-    result = mlmc(
-        coupled,
-        g,
-        target_rmse,
-        rmse_units=rmse_units,
-        n_initial=n_initial,
-        min_levels=min_levels,
-        max_levels=max_levels,
-        seed=seed,
-        n_jobs=n_jobs,
-        keep_draws=keep_draws,
-        verbose=verbose,
-        max_grad_evals=max_grad_evals,
-    )
-    # The posterior Hessian, and the Taylor gradient's full-data Hessian and gradient at theta0.
-    result.n_grad_evals_setup = int(setup + (3 if coupled.taylor else 1) * N)
-    result.extra.update({"lambda_max": lam_max, "lambda_min": lam_min})
-    return result

@@ -83,33 +83,29 @@ def mlmc(
 
     From levels ``0..min_levels`` with ``n_initial`` samples each, it sets ``N_l`` from the
     estimated ``V_l`` and ``C_l`` and adds levels while the bias estimate exceeds ``eps / sqrt 2``
-    (:doc:`/maths/mlsgld`). Rounds of chunks of paths run as the chains' rounds of tasks
-    (:func:`~skbayes_sg._chains.run_tasks`); each chunk's size and random stream (a child of
-    ``seed`` keyed by level, round and chunk) do not depend on ``n_jobs``, nor do the results.
-    A ``KeyboardInterrupt`` propagates, once joblib has stopped the workers.
+    (:doc:`/maths/mlsgld`). Chunks of paths run in the chains' rounds of tasks
+    (:func:`~skbayes_sg._chains.parallel_rounds`, a ``KeyboardInterrupt`` propagating once joblib
+    stopped the workers); each chunk's size and random stream (a child of ``seed`` keyed by
+    level, round and chunk), so the results, do not depend on ``n_jobs``.
 
     Parameters
     ----------
     coupled : CoupledSGLD
-        The levels: ``sample``, ``cost``, ``chunk_size``, ``level_info``, ``settings`` and
-        ``grad_estimator.model``.
+        The levels (``sample``, ``cost``, ``chunk_size``, ``level_info``, ``settings``).
     g : callable or None
         Maps states (M, P) to (M,) or (M, q); None is the identity.
     target_rmse : float or array of shape (q,)
-        ``eps``; with ``rmse_units="posterior_sd"`` in units of each ``g_j``'s sd at level 0.
+        ``eps``: absolute, or with ``rmse_units="posterior_sd"`` in each ``g_j``'s sd at level 0.
     n_initial : int, default=100
         Samples per level in the first round and on each added level.
     min_levels, max_levels : int, default=2, 10
     seed : numpy.random.SeedSequence, int or None
+    n_jobs, verbose : int or None, int
+        joblib's processes; above 0, a progress bar of the data items touched.
     keep_draws : bool, default=False
         Keep the states and their signed weights.
     max_grad_evals : float or None, default=None
         Budget of per-example gradient evaluations, checked before each round.
-    rmse_units, n_jobs : str, int or None
-        See ``target_rmse``; joblib's number of processes.
-    verbose : int, default=0
-        Above 0, a progress bar of the data items touched (the chains' rounds,
-        :func:`~skbayes_sg._chains.parallel_rounds`).
 
     Returns
     -------
@@ -144,19 +140,12 @@ def mlmc(
                         f" to reach target_rmse, over max_grad_evals={max_grad_evals:.3g}. Increase target_rmse, "
                         "standardise the features, or raise max_grad_evals."
                     )
-                # Chunks of a size independent of n_jobs, with random streams keyed by (level, round, chunk).
-                chunks = [
-                    (lv, j, min(chunk, dN[lv] - i))
-                    for lv in range(n_lev)
-                    for j, i in enumerate(range(0, dN[lv], chunk))
-                ]
-                streams = [
-                    np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, lv, rnd, j)) for lv, j, _ in chunks
-                ]
-                tasks = [
-                    (lv, int(size), np.random.default_rng(sd), g, keep_draws)
-                    for (lv, _, size), sd in zip(chunks, streams)
-                ]
+                # Chunks of paths of sizes independent of n_jobs, on streams keyed by (level, round, chunk).
+                tasks = []
+                for lv in range(n_lev):
+                    for j, start in enumerate(range(0, dN[lv], chunk)):
+                        sd = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, lv, rnd, j))
+                        tasks.append((lv, int(min(chunk, dN[lv] - start)), np.random.default_rng(sd), g, keep_draws))
                 results = run_tasks(parallel, coupled, model, "sample", tasks)
                 if bar is not None:
                     bar.total = int(projected)
@@ -174,15 +163,12 @@ def mlmc(
                 rnd += 1
                 Nl = N[:n_lev]
                 mean, var = _moments(sum1[:n_lev], sum2[:n_lev], Nl)
-                if eps is None:
-                    if rmse_units == "posterior_sd":
-                        if np.any(var[0] <= 0):
-                            raise ValueError(
-                                "rmse_units='posterior_sd': g has zero spread at level 0; use absolute units."
-                            )
-                        eps = target * np.sqrt(var[0])
-                    else:
-                        eps = np.broadcast_to(target, mean.shape[1:]).astype(float)
+                if eps is None and rmse_units == "posterior_sd":
+                    if np.any(var[0] <= 0):
+                        raise ValueError("rmse_units='posterior_sd': g has zero spread at level 0; use absolute units.")
+                    eps = target * np.sqrt(var[0])
+                elif eps is None:
+                    eps = np.broadcast_to(target, mean.shape[1:]).astype(float)
                 # Normalised by eps_j and maximised over coordinates: one scalar problem, eps = 1.
                 ml, Vl = np.max(np.abs(mean) / eps, axis=1), np.max(var / eps**2, axis=1)
                 # Giles' guard against (near) zero estimates on the finer levels.
@@ -218,22 +204,9 @@ def mlmc(
         dict(level=lv, **coupled.level_info(lv), n_samples=int(n), mean=m, var=v, cost=float(c), n_grad_evals=int(e))
         for lv, (n, m, v, c, e) in enumerate(per_level)
     ]
-    rmse = np.sqrt((var / Nl[:, None]).sum(axis=0) + bias**2)
-    # Fields in order: estimate, rmse, target_rmse, levels, n_grad_evals, n_grad_evals_setup, n_iter, converged,
-    # weak_rate, variance_rate, then theta0, step_size, horizon, batch_size.
-    result = MultilevelResult(
-        mean.sum(axis=0),
-        rmse,
-        np.asarray(eps, dtype=float),
-        levels,
-        int(evals.sum()),
-        0,
-        int(steps),
-        converged,
-        float(weak),
-        float(var_rate),
-        **coupled.settings(),
-    )
+    rmse, eps = np.sqrt((var / Nl[:, None]).sum(axis=0) + bias**2), np.asarray(eps, dtype=float)
+    stats = (int(evals.sum()), 0, int(steps), converged, float(weak), float(var_rate))  # costs, convergence, rates
+    result = MultilevelResult(mean.sum(axis=0), rmse, eps, levels, *stats, **coupled.settings())
     if keep_draws:
         pieces = [(lv, pts, coefs) for lv in range(n_lev) for pts, coefs in kept[lv]]
         result.draws = np.concatenate([pts.reshape(-1, pts.shape[-1]) for _, pts, _ in pieces])

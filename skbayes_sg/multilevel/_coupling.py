@@ -50,21 +50,12 @@ class CoupledSGLD:
     fine step's rows each. Averaging (3.3) averages ``g`` over the last ``p_0 2^l`` states,
     ``p_0 = ceil(m / 2)``. :doc:`/maths/mlsgld` derives the levels and their variances.
 
-    Parameters
-    ----------
-    model : Model
-    theta0 : ndarray of shape (P,)
-        Start of every path and Taylor expansion point (the MAP in the paper).
-    step_size, horizon, batch_size : float, int, int or None
-        ``h_0``, ``m`` and the minibatch size ``n`` (None: full data).
-    antithetic, taylor, averaging : bool
-        The variants of sections 3.2, 3.4 (eq. 11) and 3.3.
-
-    Attributes
-    ----------
-    grad_estimator : MinibatchGradient
-        Every path's force: :class:`~skbayes_sg.minibatch.TaylorControlVariateGradient` at
-        ``theta0`` with ``taylor`` and a minibatch, plain otherwise.
+    ``theta0`` (P,) is the start of every path and Taylor expansion point (the MAP in the
+    paper); ``step_size``, ``horizon``, ``batch_size``: ``h_0``, ``m``, ``n`` (None: full data);
+    ``antithetic``, ``taylor``, ``averaging``: the variants of sections 3.2, 3.4 (eq. 11), 3.3.
+    ``grad_estimator``, every path's force, is the estimators'
+    :class:`~skbayes_sg.minibatch.TaylorControlVariateGradient` at ``theta0`` with ``taylor``
+    and a minibatch, their :class:`~skbayes_sg.minibatch.MinibatchGradient` otherwise.
     """
 
     def __init__(self, model, theta0, step_size, horizon, batch_size, *, antithetic=True, taylor=True, averaging=False):
