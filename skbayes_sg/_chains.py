@@ -7,7 +7,7 @@ one ``SeedSequence``, so the draws are bit-identical whatever ``n_jobs`` is.
 
 import pickle
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -412,6 +412,26 @@ def start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_
     return runners
 
 
+@contextmanager
+def parallel_rounds(n_jobs=None, verbose=0, total=0, desc="", unit="iterations"):
+    """What every parallel run shares across its rounds of tasks, yielded as ``(parallel, bar)``.
+
+    One managed ``joblib.Parallel`` (joblib keeps its workers between rounds and, when an
+    exception or a ``KeyboardInterrupt`` leaves it, stops them) and, with ``verbose > 0``, one
+    progress bar of ``total`` ``unit`` across the rounds (``bar`` is None otherwise). The chains'
+    rounds (:func:`advance_chains`) and multilevel SGLD's rounds of path chunks
+    (:func:`~skbayes_sg.multilevel.mlmc`, through :func:`run_tasks`) run in it.
+    """
+    with Parallel(n_jobs=n_jobs) as parallel, (progress_bar(total, desc, unit) if verbose else nullcontext()) as bar:
+        yield parallel, bar
+
+
+def run_tasks(parallel, worker, model, method, arglists):
+    """One round of tasks on ``parallel``: ``call_with_model(worker, model, method, *args)`` for
+    each ``args`` of ``arglists``, results in that order."""
+    return parallel(delayed(call_with_model)(worker, model, method, *args) for args in arglists)
+
+
 def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     """Advance every runner to its ``n_iter`` in parallel with joblib; runners in chain order.
 
@@ -439,10 +459,9 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     if adaptive:
         chunk = min(remaining, getattr(runners[0], "round_hint", _FIRST_ROUND))
     cap = max(1, -(-remaining // 20)) if verbose else remaining
-    bar = progress_bar(sum(r.n_iter - r.t for r in runners),
-                       f"{type(runners[0].sampler).__name__}, {len(runners)} chains") if verbose else nullcontext()
+    desc = f"{type(runners[0].sampler).__name__}, {len(runners)} chains"
     try:
-        with Parallel(n_jobs=n_jobs) as parallel, bar as bar:
+        with parallel_rounds(n_jobs, verbose, sum(r.n_iter - r.t for r in runners), desc) as (parallel, bar):
             while not all(r.done for r in runners):
                 step = max(1, min(chunk, cap))
                 before = sum(r.t for r in runners)

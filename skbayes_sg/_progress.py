@@ -8,8 +8,8 @@ from contextlib import contextmanager
 class _PlainBar:
     """A one-line stand-in for tqdm: iterations done, rate and time left, on stderr."""
 
-    def __init__(self, total, desc, file=None):
-        self.total, self.desc, self.n = total, desc, 0
+    def __init__(self, total, desc, file=None, unit="iterations"):
+        self.total, self.desc, self.n, self.unit = total, desc, 0, unit
         self.file = sys.stderr if file is None else file
         self.start = time.perf_counter()
         self._write()
@@ -24,7 +24,8 @@ class _PlainBar:
         left = (self.total - self.n) / rate if rate else float("nan")
         pct = 100.0 * self.n / self.total if self.total else 100.0
         eta = f"{left:.1f} s left" if left == left else "-- s left"
-        self.file.write(f"\r{self.desc}: {self.n}/{self.total} iterations ({pct:3.0f}%), {rate:,.0f} it/s, {eta}")
+        per = "it" if self.unit == "iterations" else self.unit
+        self.file.write(f"\r{self.desc}: {self.n}/{self.total} {self.unit} ({pct:3.0f}%), {rate:,.0f} {per}/s, {eta}")
         self.file.flush()
 
     def close(self):
@@ -32,18 +33,18 @@ class _PlainBar:
         self.file.flush()
 
 
-def _make_bar(total, desc):
+def _make_bar(total, desc, unit):
     try:
         from tqdm.auto import tqdm
     except ImportError:
-        return _PlainBar(total, desc)
-    return tqdm(total=total, desc=desc, unit="it", file=sys.stderr)
+        return _PlainBar(total, desc, unit=unit)
+    return tqdm(total=total, desc=desc, unit=" " + unit if unit != "iterations" else "it", file=sys.stderr)
 
 
 @contextmanager
-def progress_bar(total, desc):
-    """Context manager yielding a bar with ``update(n)``; closed on exit."""
-    bar = _make_bar(total, desc)
+def progress_bar(total, desc, unit="iterations"):
+    """Context manager yielding a bar of ``unit`` with ``update(n)`` and a settable ``total``; closed on exit."""
+    bar = _make_bar(total, desc, unit)
     try:
         yield bar
     finally:

@@ -336,3 +336,27 @@ def test_the_shared_sgld_transition_is_eq_2_on_one_chain_and_on_a_path_stack():
     np.testing.assert_array_equal(dW, kept)
     np.testing.assert_allclose(langevin_step(theta[0].copy(), F[0], 0.1, dW[0], 1.5, out=dW[0]), expected[0],
                                rtol=1e-14)
+
+
+def test_a_multilevel_fit_runs_in_the_chains_rounds_progress_bar_and_interrupt(monkeypatch, capsys):
+    # The path chunks run through the chains' round set-up (_chains.parallel_rounds): the
+    # estimator's verbose shows its progress bar, and a Ctrl-C reaches the caller after joblib
+    # stopped the workers, leaving the estimator unfitted (there is no partial estimate).
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 2))
+    y = (X[:, 0] + rng.logistic(size=200) > 0).astype(int)
+    SGBayesLogisticRegression(sampler=MLSGLD(target_rmse=0.5), verbose=1, random_state=0).fit(X, y)
+    assert "MLSGLD: " in capsys.readouterr().err
+    sample, calls = CoupledSGLD.sample, [0]
+
+    def interrupted(self, *args):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return sample(self, *args)
+
+    monkeypatch.setattr(CoupledSGLD, "sample", interrupted)
+    est = SGBayesLogisticRegression(sampler=MLSGLD(target_rmse=0.5), n_jobs=1, random_state=0)
+    with pytest.raises(KeyboardInterrupt):
+        est.fit(X, y)
+    assert calls[0] == 3 and not hasattr(est, "samples_")

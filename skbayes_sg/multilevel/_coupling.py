@@ -1,7 +1,6 @@
-"""Coupled fine and coarse SGLD paths (paper section 3): stacks of paths stepped by the
-shared SGLD transition with the shared gradient layer's forces at rows the coupling draws.
-Only which rows and Brownian increments fine and coarse paths share is the coupling's own.
-"""
+"""Coupled fine and coarse SGLD paths (paper section 3): stacks of paths stepped by the shared SGLD
+transition with the shared gradient layer's forces; only the rows and Brownian increments that
+fine and coarse paths share are the coupling's own."""
 
 import math
 from dataclasses import dataclass
@@ -18,11 +17,8 @@ _CHUNK_FLOATS = 2**20
 
 
 def _coarse_rows(rng, rows1, rows2):
-    """The plain coupling's coarse minibatch: ``n`` of the ``2n`` fine rows without replacement.
-
-    Each coarse minibatch is then again ``n`` independent draws of the fine rows' law, which
-    keeps the telescoping sum exact (paper eq. 8).
-    """
+    """The plain coupling's coarse minibatch: ``n`` of the ``2n`` fine rows without replacement,
+    again ``n`` independent draws of the fine rows' law (paper eq. 8)."""
     if rows1 is None:
         return None
     n = rows1.shape[1]
@@ -33,12 +29,9 @@ def _coarse_rows(rng, rows1, rows2):
 
 @dataclass
 class LevelSample:
-    """Independent samples of one level's correction ``Delta_l`` (paper eq. 4).
-
-    ``delta`` (M, q): ``Delta_l`` per path. ``points`` (M, k, P) or None: the states ``g`` was
-    evaluated at (fine first), when kept, with ``Delta_l = sum_j coefs[j] g(points[:, j])``.
-    ``n_grad_evals``: data items touched (the paper's cost); ``n_steps``: SGLD steps.
-    """
+    """Samples of one level's correction ``Delta_l`` (paper eq. 4): ``delta`` (M, q) per path;
+    ``points`` (M, k, P), when kept, the states ``g`` was evaluated at (fine first), with
+    ``Delta_l = sum_j coefs[j] g(points[:, j])``; data items touched and SGLD steps."""
 
     delta: np.ndarray
     points: object
@@ -50,48 +43,28 @@ class LevelSample:
 class CoupledSGLD:
     """The levels of multilevel SGLD: coupled fine and coarse SGLD paths (paper section 3).
 
-    Level ``l`` runs SGLD (eq. 2) at ``h_l = h_0 2^-l`` for ``s_l = m (l + 1) 2^l`` steps
-    (horizon ``T_l = m (l + 1) h_0``, section 4.1) from ``theta_0``; ``Delta_0 = g(theta_{s_0})``.
-    Above (Algorithm 1) the fine path runs ``s_l - 2 s_{l-1}`` steps alone, then two fine
-    steps (increments ``dW_1, dW_2``, minibatches ``tau_1, tau_2``) per coarse step at
-    ``2 h_l`` with increment ``(dW_1 + dW_2) / sqrt 2`` (eq. 9), so the coarse path is a level
-    ``l - 1`` path and the telescoping sum is exact. Plain coupling (section 3.1): the coarse
-    minibatch is ``n`` of the ``2n`` fine rows (eq. 8), ``V_l = O(h_l)``. Antithetic (3.2,
-    eq. 10): coarse paths ``c+`` on ``tau_1`` and ``c-`` on ``tau_2``, ``Delta_l = g(f) -
-    (g(c+) + g(c-)) / 2``, ``V_l = O(h_l^2)``. Averaging (3.3): ``g`` averaged over the last
-    ``p_l = p_0 2^l`` states, ``p_0 = ceil(m / 2)``, the same time ``p_l h_l`` on every level.
+    Level ``l`` runs ``s_l = m (l + 1) 2^l`` SGLD steps (eq. 2) at ``h_l = h_0 2^-l`` from
+    ``theta_0``; above level 0 each coarse step at ``2 h_l`` takes the increment ``(dW_1 +
+    dW_2) / sqrt 2`` of the two fine steps it spans (eq. 9) and ``n`` of their ``2n`` rows
+    (plain coupling, section 3.1, eq. 8) or, antithetic (3.2, eq. 10), two coarse paths one
+    fine step's rows each. Averaging (3.3) averages ``g`` over the last ``p_0 2^l`` states,
+    ``p_0 = ceil(m / 2)``. :doc:`/maths/mlsgld` derives the levels and their variances.
 
-    Parameters
-    ----------
-    model : Model
-    theta0 : ndarray of shape (P,)
-        Start of every path and Taylor expansion point (the MAP in the paper).
-    step_size : float
-        ``h_0``.
-    horizon : int
-        ``m``.
-    batch_size : int or None
-        Minibatch size ``n`` (``None``: full data).
-    antithetic, taylor, averaging : bool
-        The variants of sections 3.2, 3.4 and 3.3.
-    H_loglik : ndarray of shape (P, P), optional
-        Full-data log-likelihood Hessian at ``theta0``, if already computed.
-
-    Attributes
-    ----------
-    grad_estimator : MinibatchGradient
-        The shared force of every path: :class:`~skbayes_sg.minibatch.TaylorControlVariateGradient`
-        at ``theta0`` (section 3.4, eq. 11) with ``taylor`` and a minibatch, plain otherwise.
+    ``theta0`` (P,) is the start of every path and Taylor expansion point (the MAP in the
+    paper); ``step_size``, ``horizon``, ``batch_size``: ``h_0``, ``m``, ``n`` (None: full data);
+    ``antithetic``, ``taylor``, ``averaging``: the variants of sections 3.2, 3.4 (eq. 11), 3.3.
+    ``grad_estimator``, every path's force, is the estimators'
+    :class:`~skbayes_sg.minibatch.TaylorControlVariateGradient` at ``theta0`` with ``taylor``
+    and a minibatch, their :class:`~skbayes_sg.minibatch.MinibatchGradient` otherwise.
     """
 
-    def __init__(self, model, theta0, step_size, horizon, batch_size, *, antithetic=True, taylor=True,
-                 averaging=False, H_loglik=None):
+    def __init__(self, model, theta0, step_size, horizon, batch_size, *, antithetic=True, taylor=True, averaging=False):
         self.theta0 = np.asarray(theta0, dtype=float).copy()
         self.h0, self.m = float(step_size), int(horizon)
         self.antithetic, self.averaging = bool(antithetic), bool(averaging)
         grad_estimator = MinibatchGradient(model, batch_size)
         if taylor and not grad_estimator.full:
-            grad_estimator = TaylorControlVariateGradient(model, batch_size, theta_hat=self.theta0, H_hat=H_loglik)
+            grad_estimator = TaylorControlVariateGradient(model, batch_size, theta_hat=self.theta0)
         self.grad_estimator = grad_estimator
         self.taylor = isinstance(grad_estimator, TaylorControlVariateGradient)
         self.p0 = (self.m + 1) // 2
@@ -132,11 +105,8 @@ class CoupledSGLD:
         return {"theta0": self.theta0, "step_size": self.h0, "horizon": self.m, "batch_size": self.batch_size}
 
     def sample(self, level, n_paths, rng, g=None, keep_points=False):
-        """Simulate ``n_paths`` independent samples of ``Delta_level``.
-
-        ``g`` maps states (M, P) to (M,) or (M, q) (identity if None); ``keep_points`` keeps
-        the states it was evaluated at (for signed-weight draws). Returns a :class:`LevelSample`.
-        """
+        """``n_paths`` independent samples of ``Delta_level`` (:class:`LevelSample`), ``g`` mapping
+        states (M, P) to (M,) or (M, q) (None: identity), keeping its points with ``keep_points``."""
         M, P, grad_estimator = int(n_paths), self.theta0.size, self.grad_estimator
         h, s, pf = self.step_size(level), self.n_steps(level), self.window(level)
         s_c = self.n_steps(level - 1) if level else 0
@@ -182,10 +152,8 @@ class CoupledSGLD:
                 langevin_step(coarse, grad_estimator.gradient_paths(coarse, rows), 2.0 * h, dW_c, out=dW_c)
                 if k > s_c - pc:
                     for c in range(n_c):
-                        record(coarse[c * M:(c + 1) * M], -1.0 / (pc * n_c))
-        check_finite((fine, coarse), "MLSGLD", self.h0, f"the paths of level {level} (h_l = {h:.4g}) became "
-                     "non-finite", fixes="or standardise the features")
-        n_steps = M * (s + s_c * n_c)
-        return LevelSample(delta, np.stack(points, axis=1) if keep_points else None, np.asarray(coefs),
-                           n_steps * self.batch_size, n_steps)
-
+                        record(coarse[c * M : (c + 1) * M], -1.0 / (pc * n_c))
+        where = f"the paths of level {level} (h_l = {h:.4g}) became non-finite"
+        check_finite((fine, coarse), "MLSGLD", self.h0, where, fixes="or standardise the features")
+        n_steps, points = M * (s + s_c * n_c), np.stack(points, axis=1) if keep_points else None
+        return LevelSample(delta, points, np.asarray(coefs), n_steps * self.batch_size, n_steps)

@@ -27,6 +27,7 @@ is typical rather than zero). The noise-controlling samplers (CCAdL, mCCAdL) can
 ``Sigma`` with their C step and take a larger tolerance.
 """
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,3 +153,42 @@ def largest_noise_eigenvalue(grads, noise_scale, n_iter=50):
         raise ValueError("step_size='auto': the minibatch gradients at the initial point are not finite; "
                          "standardise the features or give an explicit step_size.")
     return float(lam)
+
+
+#: Largest ``horizon="auto"`` of multilevel SGLD (steps per level-0 path); beyond it
+#: :func:`multilevel_step_and_horizon` raises.
+MAX_AUTO_HORIZON = 100_000
+
+
+def multilevel_step_and_horizon(H_post, step_size="auto", horizon="auto"):
+    """Multilevel SGLD's ``h_0`` and ``m`` (:class:`~.mlsgld.MLSGLD`) from the log posterior's Hessian at ``theta_0``.
+
+    With ``lambda_max`` and ``lambda_min`` the largest and smallest curvature of the negative
+    log posterior (a dense eigen-decomposition: the levels' Taylor gradient forms the ``P x P``
+    Hessian anyway), ``step_size="auto"`` is ``0.25 / lambda_max`` (near the paper's ``1 / N``
+    for its example) and ``horizon="auto"`` is ``max(5, ceil(1 / (h_0 lambda_min)))``: the
+    level-0 horizon ``T_0 = m h_0`` at least one relaxation time of the slowest direction, and
+    ``m`` at least the paper's 5. Returns ``(h_0, m, lambda_max, lambda_min)``.
+    """
+    curv = np.linalg.eigvalsh(-0.5 * (H_post + H_post.T))
+    lam_max, lam_min = float(max(abs(curv[-1]), 1e-12)), float(curv[0])
+    if isinstance(step_size, str):
+        if step_size != "auto":
+            raise ValueError(f"step_size must be a positive float or 'auto'; got {step_size!r}.")
+        step_size = 0.25 / lam_max
+    if isinstance(horizon, str):
+        if horizon != "auto":
+            raise ValueError(f"horizon must be a positive int or 'auto'; got {horizon!r}.")
+        if lam_min <= 0:
+            raise ValueError("horizon='auto' needs a log posterior that is strictly concave at theta0 "
+                             "(start from the MAP), or give horizon explicitly.")
+        horizon = max(5, math.ceil(1.0 / (step_size * lam_min)))
+        if horizon > MAX_AUTO_HORIZON:
+            # m = 4 lam_max / lam_min at the auto step: a near-flat direction (duplicated or
+            # constant features, a weak prior) made it 1e8 steps per path, a fit that never returns.
+            raise ValueError(
+                f"horizon='auto' would run {horizon:.3g} steps per path: the log posterior at theta0 is "
+                f"ill-conditioned (curvatures from {lam_min:.3g} to {lam_max:.3g}). Standardise the features and "
+                "drop duplicated or constant ones, increase alpha, give horizon explicitly, or use a "
+                "single-level sampler.")
+    return step_size, horizon, lam_max, lam_min
