@@ -261,7 +261,7 @@ class BaseSGBayes(BaseEstimator):
             warnings.warn(
                 f"batch_size={self.batch_size} is larger than the number of samples ({n_samples}); "
                 f"it is clipped to {n_samples} (full-data gradients, no minibatch noise).",
-                UserWarning,
+                UserWarning, stacklevel=_caller_stacklevel(),
             )
             return n_samples
         return int(self.batch_size)

@@ -106,7 +106,7 @@ def taylor_thetas(tol=DEFAULT_TOL, m_max=M_MAX):
         coef = np.abs(c[m + 1 :])
         powers = np.arange(m, K)  # theta^(k-1) for k = m+1..K
 
-        def excess(theta):
+        def excess(theta, coef=coef, powers=powers):  # bound now: the loop rebinds both
             with np.errstate(over="ignore"):
                 return np.sum(coef * np.exp(powers * np.log(theta))) - tol
 
