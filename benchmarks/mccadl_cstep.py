@@ -42,9 +42,9 @@ Each ``--sigma-estimate`` value gives one row per setting (``sigma_estimate`` in
 """
 
 import argparse
-import cProfile
 import collections
 import copy
+import cProfile
 import json
 import pstats
 import sys
@@ -203,12 +203,13 @@ def measure(setting, chains, rounds, steps, profile):
             prof.runcall(run_mccadl, n_prof)
             stats = pstats.Stats(prof)
             foreign = []
-            for (filename, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
+            for (filename, line, func), (_, nc, _, ct, _) in stats.stats.items():
                 # Python functions in scipy / sklearn, and their compiled functions (builtins,
                 # reported with filename "~": expit, the sparse kernels of EllRows).
                 if any(lib in filename or lib in func for lib in ("scipy", "sklearn")):
                     foreign.append({"function": f"{Path(filename).name}:{line}:{func}",
-                                    "calls_per_iter": round(nc / n_prof, 3), "us_per_iter": round(1e6 * ct / n_prof, 2)})
+                                    "calls_per_iter": round(nc / n_prof, 3),
+                                    "us_per_iter": round(1e6 * ct / n_prof, 2)})
             row = {"setting": setting, "profile": "scipy/sklearn functions called during mCCAdL iterations",
                    "iterations": n_prof, "functions": sorted(foreign, key=lambda r: -r["calls_per_iter"])}
             print(json.dumps(row), flush=True)
@@ -217,7 +218,8 @@ def measure(setting, chains, rounds, steps, profile):
     us = {k: round(1e6 * v, 2) for k, v in best.items()}
     n_calls = max(timers.calls, 1)
     c_state = t_chain["state"]
-    row = {"setting": setting, "sigma_estimate": timed_sampler.sigma_estimate, "batch": BATCH, "h": h, "blas_threads": 1, "rounds": rounds, "steps_per_round": steps,
+    row = {"setting": setting, "sigma_estimate": timed_sampler.sigma_estimate, "batch": BATCH, "h": h,
+           "blas_threads": 1, "rounds": rounds, "steps_per_round": steps,
            "us_sghmc_step": us["sghmc"], "us_mccadl_step": us["mccadl"], "us_cstep": us["cstep"],
            "us_cstep_estimate": us["cstep_estimate"], "us_cstep_apply": us["cstep_apply"],
            "cstep_over_sghmc": round(best["cstep"] / best["sghmc"], 2),

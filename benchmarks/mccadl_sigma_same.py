@@ -159,22 +159,25 @@ def summaries(fits, refs):
             dz = (ms - mi) / np.sqrt(ci ** 2 + cs ** 2)
             dr = (ss - si) / ref["sd"] / np.sqrt(1.0 / (2.0 * ei) + 1.0 / (2.0 * es))
             out.append({"kind": "compare", "problem": problem, "setting": setting, "a": "same", "b": "independent",
-                        "dmean_over_mcse_max": _r(np.abs(dz).max(), 3), "dmean_over_mcse_rms": _r(np.sqrt(np.mean(dz ** 2)), 3),
+                        "dmean_over_mcse_max": _r(np.abs(dz).max(), 3),
+                        "dmean_over_mcse_rms": _r(np.sqrt(np.mean(dz ** 2)), 3),
                         "dmean_sd_max": _r(np.max(np.abs(ms - mi) / ref["sd"])),
                         "dsd_ratio_max": _r(np.max(np.abs(ss - si) / ref["sd"])),
-                        "dsd_over_mcse_max": _r(np.abs(dr).max(), 3), "dsd_over_mcse_rms": _r(np.sqrt(np.mean(dr ** 2)), 3),
+                        "dsd_over_mcse_max": _r(np.abs(dr).max(), 3),
+                        "dsd_over_mcse_rms": _r(np.sqrt(np.mean(dr ** 2)), 3),
                         "n_params": int(mi.size)})
     return out
 
 
 def report(rows):
     fits = [r for r in rows if r.get("kind") == "fit"]
-    print("| problem | setting | source | seed | h | n_iter | max |z| (sd) | max z/MCSE | rms z/MCSE | sd ratio range | "
-          "R-hat max | s |")
+    print("| problem | setting | source | seed | h | n_iter | max |z| (sd) | max z/MCSE | rms z/MCSE | "
+          "sd ratio range | R-hat max | s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in fits:
         if "error" in r:
-            print(f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {r['seed']} | error: {r['error'][:60]} |")
+            print(f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {r['seed']} | "
+                  f"error: {r['error'][:60]} |")
             continue
         print(f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {r['seed']} | {r.get('step_size')} | "
               f"{r['n_iter_']} | {r['max_z']:.3f} | {r['z_over_mcse_max']:.2f} | {r['z_over_mcse_rms']:.2f} | "
@@ -184,17 +187,18 @@ def report(rows):
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r.get("kind") == "pooled":
-            print(f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {len(r['seeds'])} | {r['max_z']:.3f} | "
-                  f"{r['z_rms']:.3f} | {r['z_over_mcse_max']:.2f} | {r['z_over_mcse_rms']:.2f} | "
-                  f"{r['sd_ratio_min']:.3f}-{r['sd_ratio_max']:.3f} | {r['sd_over_mcse_max']:.2f} | {r['rhat_max']:.4f} |")
+            print(f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {len(r['seeds'])} | "
+                  f"{r['max_z']:.3f} | {r['z_rms']:.3f} | {r['z_over_mcse_max']:.2f} | {r['z_over_mcse_rms']:.2f} | "
+                  f"{r['sd_ratio_min']:.3f}-{r['sd_ratio_max']:.3f} | {r['sd_over_mcse_max']:.2f} | "
+                  f"{r['rhat_max']:.4f} |")
     print("\n| problem | setting | same - independent: max |dmean|/MCSE | rms | max |dmean| (sd) | max |dsd| (sd) | "
           "max |dsd|/MCSE | rms |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r.get("kind") == "compare":
-            print(f"| {r['problem']} | {r['setting']} | {r['dmean_over_mcse_max']:.2f} | {r['dmean_over_mcse_rms']:.2f} | "
-                  f"{r['dmean_sd_max']:.3f} | {r['dsd_ratio_max']:.3f} | {r['dsd_over_mcse_max']:.2f} | "
-                  f"{r['dsd_over_mcse_rms']:.2f} |")
+            print(f"| {r['problem']} | {r['setting']} | {r['dmean_over_mcse_max']:.2f} | "
+                  f"{r['dmean_over_mcse_rms']:.2f} | {r['dmean_sd_max']:.3f} | {r['dsd_ratio_max']:.3f} | "
+                  f"{r['dsd_over_mcse_max']:.2f} | {r['dsd_over_mcse_rms']:.2f} |")
 
 
 def main():
