@@ -20,6 +20,9 @@ plain gradients on ``synth_1e4`` with both sources, first seed only (``gradient=
 ``batch_size=200``, ``n_iter=5000`` as ``posterior_accuracy.py`` pins it): ``plain``, the
 estimator's geometry otherwise (whitened, noise-aware auto step), and ``plain_papers``, the
 papers' (``preconditioner="none"``, ``h = 0.2 / sqrt(lambda_max)``), see :data:`SETTINGS`.
+``--linreg`` runs instead ``SGBayesLinearRegression``'s defaults (control variates too) on the
+exact posteriors of ``posterior_accuracy.py``'s ``gaussian`` part (N = 1e4, 1e5; D = 5, 100;
+``log tau`` sampled), see :data:`LINREG`.
 
 Rows (``kind``):
 
@@ -61,10 +64,11 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _exact_linreg import sampled_noise_posterior, sufficient_statistics  # noqa: E402
 from _reference import load_reference, make_problem, problem_prior  # noqa: E402
-from posterior_accuracy import _r, run_fit  # noqa: E402
+from posterior_accuracy import ALPHA, NOISE_A, NOISE_B, _r, gaussian_data, run_fit  # noqa: E402
 
-from skbayes_sg import SGBayesLogisticRegression  # noqa: E402
+from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg.samplers import MCCAdL  # noqa: E402
 
 OUT = HERE / "results" / "mccadl_sigma_same.jsonl"
@@ -87,10 +91,29 @@ def _commit():
                           text=True).stdout.strip()
 
 
+#: Linear-regression problems of ``posterior_accuracy.py``'s ``gaussian`` part (``--linreg``):
+#: ``linreg_<N>_<D>``, the default ``noise_precision=None`` (``log tau`` sampled), exact
+#: posterior moments by quadrature.
+LINREG = {f"linreg_{N}_{D}": (N, D) for N in (10_000, 100_000) for D in (5, 100)}
+
+
+def linreg_problem(problem):
+    """Data and exact reference (no Monte Carlo error) of a ``linreg_<N>_<D>`` problem."""
+    N, D = LINREG[problem]
+    X, y = gaussian_data(N, D)
+    post = sampled_noise_posterior(sufficient_statistics(X, y), ALPHA, NOISE_A, NOISE_B)
+    P = post["mean"].size
+    ref = {"mean": np.asarray(post["mean"]), "sd": np.asarray(post["sd"]), "mcse_mean": np.zeros(P),
+           "ess_bulk": np.full(P, np.inf)}
+    return X, y, ref
+
+
 def prior_kwargs(problem):
     """The reference's prior: none for ``a9a_default`` (the estimator's defaults), explicit otherwise."""
     if problem == "a9a_default":
         return {}
+    if problem in LINREG:  # posterior_accuracy.py's gaussian part
+        return {"alpha": ALPHA, "alpha_intercept": ALPHA, "normalize_y": False}
     alpha, alpha_intercept = problem_prior(problem)
     return {"alpha": alpha, "alpha_intercept": alpha_intercept}
 
@@ -111,8 +134,9 @@ def error_metrics(mean, sd, mcse, ess, ref):
 
 def fit_row(problem, source, seed, setting, X, y, ref, n_jobs):
     kw, skw = SETTINGS[setting]
-    est = SGBayesLogisticRegression(sampler=MCCAdL(sigma_estimate=source, **skw), random_state=seed, n_jobs=n_jobs,
-                                    **prior_kwargs(problem), **kw)
+    cls = SGBayesLinearRegression if problem in LINREG else SGBayesLogisticRegression
+    est = cls(sampler=MCCAdL(sigma_estimate=source, **skw), random_state=seed, n_jobs=n_jobs,
+              **prior_kwargs(problem), **kw)
     row = {"kind": "fit", "problem": problem, "setting": setting, "sigma_estimate": source, "seed": seed}
     row.update(run_fit(est, X, y, ref["mean"], ref["sd"], ref["mcse_mean"], ref["ess_bulk"]))
     if "error" in row:
@@ -208,23 +232,31 @@ def main():
     parser.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES)
     parser.add_argument("--plain", action="store_true", help="also gradient='minibatch' on synth_1e4")
     parser.add_argument("--plain-only", action="store_true", help="only the plain-gradient rows")
+    parser.add_argument("--linreg", action="store_true",
+                        help="only SGBayesLinearRegression's defaults on the exact linear-regression posteriors")
     parser.add_argument("--n-jobs", type=int, default=2)
     parser.add_argument("--report", action="store_true", help="print the tables of the saved rows")
     args = parser.parse_args()
     if args.report:
         rows = [json.loads(line) for line in open(OUT)]
         fits = [r for r in rows if r.get("kind") == "fit"]
-        refs = {p: load_reference(p) for p in sorted({r["problem"] for r in fits})}
+        refs = {p: linreg_problem(p)[2] if p in LINREG else load_reference(p)
+                for p in sorted({r["problem"] for r in fits})}
         report(fits + summaries(fits, refs))
         return
-    runs = [] if args.plain_only else [(p, "default") for p in args.problems]
+    runs = [] if args.plain_only or args.linreg else [(p, "default") for p in args.problems]
+    if args.linreg:
+        runs = [(p, "default") for p in LINREG]
     if args.plain or args.plain_only:
         runs += [("synth_1e4", "plain"), ("synth_1e4", "plain_papers")]
     commit = _commit()
     OUT.parent.mkdir(exist_ok=True)
     for problem, setting in runs:
-        X, y, _, _ = make_problem(problem)
-        ref = load_reference(problem)
+        if problem in LINREG:
+            X, y, ref = linreg_problem(problem)
+        else:
+            X, y, _, _ = make_problem(problem)
+            ref = load_reference(problem)
         seeds = args.seeds if setting == "default" else args.seeds[:1]
         # Interleaved: seed by seed, both sources, so load drifts hit both alike.
         for seed in seeds:
