@@ -5,17 +5,19 @@ at the step sizes the automatic rule picks". The C step of :meth:`MCCAdL.step` i
 calls (``samplers/mccadl.py``):
 
 - the covariance estimate, ``MCCAdL._sigma_gradients``: with ``sigma_estimate=
-  "independent"`` (the default) a fresh minibatch's per-example gradients at the C step's
-  position (``grad_estimator.noise_gradients``: row draw, gather, residuals, whitening
-  operator) and their :class:`~skbayes_sg.samplers._expmv.NoiseCovariance` (mean gradient);
-  its trace, which the C step needs first, is counted here too. No other sub-step uses that
-  minibatch, so nothing is shared with the force. With ``sigma_estimate="same"`` the
-  per-example gradients are those of the force just applied, already computed: the
-  estimate is then only their ``NoiseCovariance`` (mean gradient) and its trace, which
-  ``c_step`` would otherwise build itself (built here instead, so that it is counted as
-  the estimate, and passed on, so the C step does no more and no less than untimed). With plain gradients
-  (``sigma_refresh="auto"``: one Sigma minibatch per 64 iterations, held as a ``P x P``
-  matrix averaged over the last 8) this is the amortised refresh (Gram matrix);
+  "independent"`` (what the default ``"auto"`` picks with plain gradients) a fresh
+  minibatch's per-example gradients at the C step's position
+  (``grad_estimator.noise_gradients``: row draw, gather, residuals, whitening operator) and
+  their :class:`~skbayes_sg.samplers._expmv.NoiseCovariance` (mean gradient); its trace,
+  which the C step needs first, is counted here too. No other sub-step uses that minibatch,
+  so nothing is shared with the force. With plain gradients (``sigma_refresh="auto"``: one
+  Sigma minibatch per 64 iterations, held as a ``P x P`` matrix averaged over the last 8)
+  this is the amortised refresh (Gram matrix). With ``sigma_estimate="same"`` (what
+  ``"auto"`` picks with control variates) the per-example gradients are those of the force
+  just applied, already computed: the estimate is then only their ``NoiseCovariance`` (mean
+  gradient) and its trace, which ``c_step`` would otherwise build itself (built here
+  instead, so that it is counted as the estimate, and passed on, so the C step does no more
+  and no less than untimed);
 - the application, ``_expmv.c_step``: ``p <- exp(-h (h/2) beta Sigma) p`` by the Taylor
   series or Lanczos (whichever the switch picks), or one matrix-vector product with the
   cached ``exp`` of the compact matrix (plain setting; the ``expm`` build, once per refresh,
@@ -218,7 +220,8 @@ def measure(setting, chains, rounds, steps, profile):
     us = {k: round(1e6 * v, 2) for k, v in best.items()}
     n_calls = max(timers.calls, 1)
     c_state = t_chain["state"]
-    row = {"setting": setting, "sigma_estimate": timed_sampler.sigma_estimate, "batch": BATCH, "h": h,
+    row = {"setting": setting, "sigma_estimate": timed_sampler.sigma_estimate,
+           "sigma_source": timed_sampler.sigma_source(grad_estimator), "batch": BATCH, "h": h,
            "blas_threads": 1, "rounds": rounds, "steps_per_round": steps,
            "us_sghmc_step": us["sghmc"], "us_mccadl_step": us["mccadl"], "us_cstep": us["cstep"],
            "us_cstep_estimate": us["cstep_estimate"], "us_cstep_apply": us["cstep_apply"],
@@ -240,7 +243,7 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", action="store_true", help="list scipy/sklearn calls per mCCAdL iteration")
     parser.add_argument("--sigma-estimate", nargs="+", default=["independent", "same"],
-                        choices=["independent", "same", "lagged"],
+                        choices=["auto", "independent", "same", "lagged"],
                         help="MCCAdL(sigma_estimate=...) values to measure, one row per setting each")
     args = parser.parse_args()
     rounds, steps = (3, 200) if args.quick else (9, 600)
