@@ -5,13 +5,19 @@ at the step sizes the automatic rule picks". The C step of :meth:`MCCAdL.step` i
 calls (``samplers/mccadl.py``):
 
 - the covariance estimate, ``MCCAdL._sigma_gradients``: with ``sigma_estimate=
-  "independent"`` (the default) a fresh minibatch's per-example gradients at the C step's
-  position (``target.noise_gradients``: row draw, gather, residuals, whitening operator) and
+  "independent"`` (what the default ``"auto"`` picks with plain gradients) a fresh
+  minibatch's per-example gradients at the C step's position
+  (``grad_estimator.noise_gradients``: row draw, gather, residuals, whitening operator) and
   their :class:`~skbayes_sg.samplers._expmv.NoiseCovariance` (mean gradient); its trace,
-  which the C step needs first, is counted here too. No other sub-step uses that
-  minibatch, so nothing is shared with the force. With plain gradients
-  (``sigma_refresh="auto"``: one Sigma minibatch per 64 iterations, held as a ``P x P``
-  matrix averaged over the last 8) this is the amortised refresh (Gram matrix);
+  which the C step needs first, is counted here too. No other sub-step uses that minibatch,
+  so nothing is shared with the force. With plain gradients (``sigma_refresh="auto"``: one
+  Sigma minibatch per 64 iterations, held as a ``P x P`` matrix averaged over the last 8)
+  this is the amortised refresh (Gram matrix). With ``sigma_estimate="same"`` (what
+  ``"auto"`` picks with control variates) the per-example gradients are those of the force
+  just applied, already computed: the estimate is then only their ``NoiseCovariance`` (mean
+  gradient) and its trace, which ``c_step`` would otherwise build itself (built here
+  instead, so that it is counted as the estimate, and passed on, so the C step does no more
+  and no less than untimed);
 - the application, ``_expmv.c_step``: ``p <- exp(-h (h/2) beta Sigma) p`` by the Taylor
   series or Lanczos (whichever the switch picks), or one matrix-vector product with the
   cached ``exp`` of the compact matrix (plain setting; the ``expm`` build, once per refresh,
@@ -32,13 +38,15 @@ Prints one JSON object per line and saves ``results/mccadl_cstep.jsonl``.
 
 Usage::
 
-    python benchmarks/mccadl_cstep.py [--quick] [--profile]
+    python benchmarks/mccadl_cstep.py [--quick] [--profile] [--sigma-estimate independent same]
+
+Each ``--sigma-estimate`` value gives one row per setting (``sigma_estimate`` in the row).
 """
 
 import argparse
-import cProfile
 import collections
 import copy
+import cProfile
 import json
 import pstats
 import sys
@@ -55,7 +63,7 @@ from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg._chains import ChainRunner
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LogisticModel
-from skbayes_sg.samplers import MCCAdL, SGHMC
+from skbayes_sg.samplers import SGHMC, FitContext, MCCAdL
 from skbayes_sg.samplers._expmv import NoiseCovariance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,11 +94,13 @@ class TimedMCCAdL(MCCAdL):
 
     timers = None
 
-    def _sigma_gradients(self, state, target, theta, rng, scale):
+    def _sigma_gradients(self, state, grad_estimator, theta, rng, scale):
         t0 = time.perf_counter()
-        cov = super()._sigma_gradients(state, target, theta, rng, scale)
-        if isinstance(cov, NoiseCovariance):
-            cov.trace()  # the first thing the C step needs; cached on the operator
+        cov = super()._sigma_gradients(state, grad_estimator, theta, rng, scale)
+        if not isinstance(cov, NoiseCovariance):
+            # "same" / "lagged": what c_step would build from the per-example gradients.
+            cov = NoiseCovariance(cov, grad_estimator.noise_scale, -scale)
+        cov.trace()  # the first thing the C step needs; cached on the operator
         self.timers.est += time.perf_counter() - t0
         return cov
 
@@ -113,23 +123,23 @@ def make_timed_c_step(timers):
     return timed_c_step, recording_expmv
 
 
-def stepper(sampler, state, target, rng):
+def stepper(sampler, state, grad_estimator, rng):
     """A closure advancing the chain ``n`` iterations by ``sampler.step``."""
     chain = {"state": state}
 
     def run(n):
         s = chain["state"]
         for _ in range(n):
-            s = sampler.step(s, target, rng)
+            s, _ = sampler.step(s, grad_estimator, rng)
         chain["state"] = s
 
     return run, chain
 
 
-def default_setting(X, y, model):
+def default_setting(X, y, model, sigma_estimate="independent"):
     """(SGHMC, mCCAdL) chains in the default fit's geometry, noise model and auto steps."""
     chains = {}
-    for name, make in (("SGHMC", SGHMC), ("MCCAdL", MCCAdL)):
+    for name, make in (("SGHMC", SGHMC), ("MCCAdL", lambda: MCCAdL(sigma_estimate=sigma_estimate))):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a 20-iteration fit does not converge, by design
             est = SGBayesLogisticRegression(sampler=make(), n_iter=20, n_chains=1, random_state=0,
@@ -139,18 +149,21 @@ def default_setting(X, y, model):
         h = est.diagnostics_["step_size"]
         start = np.random.default_rng(1).standard_normal(model.n_params)  # a Laplace draw, as fits start
         runner = ChainRunner(est._sampler, chain_model, start, 10**9, 0, 10**6, 10, BATCH, "replacement",
-                             np.random.SeedSequence(0), h, geometry.control_variate(chain_model))
-        chains[name] = (est._sampler, runner.state, runner.target, runner.rng, h)
+                             np.random.SeedSequence(0), FitContext(step=(h, {})),
+                             geometry.control_variate(chain_model))
+        chains[name] = (est._sampler, runner.state, runner.grad_estimator, runner.rng, h)
     return chains
 
 
-def plain_setting(model, h=1e-4):
+def plain_setting(model, sigma_estimate="independent", h=1e-4):
     chains = {}
     theta0 = np.zeros(model.n_params)
-    for name, sampler in (("SGHMC", SGHMC(friction=1.0)), ("MCCAdL", MCCAdL(friction=1.0))):
+    for name, sampler in (("SGHMC", SGHMC(friction=1.0)),
+                          ("MCCAdL", MCCAdL(friction=1.0, sigma_estimate=sigma_estimate))):
         rng = np.random.default_rng(0)
-        target = MinibatchGradient(model, BATCH)
-        chains[name] = (sampler, sampler.init_state(theta0, target, rng, h), target, rng, h)
+        grad_estimator = MinibatchGradient(model, BATCH)
+        state = sampler.init_state(theta0, grad_estimator, rng, FitContext(step=(h, {})))
+        chains[name] = (sampler, state, grad_estimator, rng, h)
     return chains
 
 
@@ -160,12 +173,12 @@ def measure(setting, chains, rounds, steps, profile):
     timed_c_step, recording_expmv = make_timed_c_step(timers)
     sghmc = chains["SGHMC"]
     mccadl = chains["MCCAdL"]
-    # The instrumented chain: a copy of the mCCAdL chain (its own state, target queue and rng).
+    # The instrumented chain: a copy of the mCCAdL chain (its own state, minibatch queue and rng).
     timed_sampler = TimedMCCAdL(**mccadl[0].get_params())
-    _, state, target, rng, h = copy.deepcopy(mccadl)
+    _, state, grad_estimator, rng, h = copy.deepcopy(mccadl)
     run_sghmc, _ = stepper(*sghmc[:4])
     run_mccadl, m_chain = stepper(*mccadl[:4])
-    run_timed, t_chain = stepper(timed_sampler, state, target, rng)
+    run_timed, t_chain = stepper(timed_sampler, state, grad_estimator, rng)
     best = {"sghmc": np.inf, "mccadl": np.inf, "cstep": np.inf, "cstep_apply": np.inf, "cstep_estimate": np.inf}
     with threadpool_limits(limits=1, user_api="blas"):
         for run in (run_sghmc, run_mccadl, run_timed):
@@ -192,12 +205,13 @@ def measure(setting, chains, rounds, steps, profile):
             prof.runcall(run_mccadl, n_prof)
             stats = pstats.Stats(prof)
             foreign = []
-            for (filename, line, func), (cc, nc, tt, ct, _) in stats.stats.items():
+            for (filename, line, func), (_, nc, _, ct, _) in stats.stats.items():
                 # Python functions in scipy / sklearn, and their compiled functions (builtins,
                 # reported with filename "~": expit, the sparse kernels of EllRows).
                 if any(lib in filename or lib in func for lib in ("scipy", "sklearn")):
                     foreign.append({"function": f"{Path(filename).name}:{line}:{func}",
-                                    "calls_per_iter": round(nc / n_prof, 3), "us_per_iter": round(1e6 * ct / n_prof, 2)})
+                                    "calls_per_iter": round(nc / n_prof, 3),
+                                    "us_per_iter": round(1e6 * ct / n_prof, 2)})
             row = {"setting": setting, "profile": "scipy/sklearn functions called during mCCAdL iterations",
                    "iterations": n_prof, "functions": sorted(foreign, key=lambda r: -r["calls_per_iter"])}
             print(json.dumps(row), flush=True)
@@ -205,8 +219,10 @@ def measure(setting, chains, rounds, steps, profile):
             out.sort_stats("tottime").print_stats(15)
     us = {k: round(1e6 * v, 2) for k, v in best.items()}
     n_calls = max(timers.calls, 1)
-    c_state = t_chain["state"].extra
-    row = {"setting": setting, "batch": BATCH, "h": h, "blas_threads": 1, "rounds": rounds, "steps_per_round": steps,
+    c_state = t_chain["state"]
+    row = {"setting": setting, "sigma_estimate": timed_sampler.sigma_estimate,
+           "sigma_source": timed_sampler.sigma_source(grad_estimator), "batch": BATCH, "h": h,
+           "blas_threads": 1, "rounds": rounds, "steps_per_round": steps,
            "us_sghmc_step": us["sghmc"], "us_mccadl_step": us["mccadl"], "us_cstep": us["cstep"],
            "us_cstep_estimate": us["cstep_estimate"], "us_cstep_apply": us["cstep_apply"],
            "cstep_over_sghmc": round(best["cstep"] / best["sghmc"], 2),
@@ -216,8 +232,8 @@ def measure(setting, chains, rounds, steps, profile):
            "products_per_call": round(sum(k * v for k, v in timers.products.items()) / n_calls, 2),
            "products_histogram": {str(k): v for k, v in sorted(timers.products.items())},
            "taylor_degree_m_s_histogram": dict(timers.degrees.most_common()),
-           "sigma_minibatches_per_iter": round(c_state.get("sigma_minibatches", 0) / max(c_state["n_steps"], 1), 3),
-           "sigma_compact": bool(getattr(c_state.get("sigma_cov"), "is_compact", False))}
+           "sigma_minibatches_per_iter": round(c_state.sigma_minibatches / max(c_state.n_steps, 1), 3),
+           "sigma_compact": bool(getattr(c_state.sigma_cov, "is_compact", False))}
     print(json.dumps(row), flush=True)
     return row
 
@@ -226,13 +242,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", action="store_true", help="list scipy/sklearn calls per mCCAdL iteration")
+    parser.add_argument("--sigma-estimate", nargs="+", default=["independent", "same"],
+                        choices=["auto", "independent", "same", "lagged"],
+                        help="MCCAdL(sigma_estimate=...) values to measure, one row per setting each")
     args = parser.parse_args()
     rounds, steps = (3, 200) if args.quick else (9, 600)
     data = np.load(SHARED / "data" / "a9a.npz")
     X, y = data["X_train"].astype(float), data["y_train"].astype(float)
     model = LogisticModel(X, y, alpha=1.0)
-    rows = [measure("default", default_setting(X, y, model), rounds, steps, args.profile),
-            measure("plain", plain_setting(model), rounds, steps, args.profile)]
+    rows = []
+    for source in args.sigma_estimate:
+        rows.append(measure("default", default_setting(X, y, model, source), rounds, steps, args.profile))
+        rows.append(measure("plain", plain_setting(model, source), rounds, steps, args.profile))
     if not args.quick:
         RESULTS.mkdir(exist_ok=True)
         with open(RESULTS / "mccadl_cstep.jsonl", "w") as fh:

@@ -101,6 +101,10 @@ class MinibatchGradient:
     #: no, ``Sigma(theta)`` depends on ``theta`` through the rows' residuals, which barely move
     #: across a posterior of width ``O(N^-1/2)``.
     position_dependent_noise = False
+    #: Whether this is a control-variate estimator, whose per-example noise
+    #: ``g_i(theta) - g_i(theta_hat)`` is small: :class:`~skbayes_sg.samplers.MCCAdL`'s
+    #: ``sigma_estimate="auto"`` then estimates ``Sigma`` from the force's own minibatch.
+    control_variate = False
 
     def __init__(self, model, batch_size=None, scheme="replacement", row_probabilities=None):
         if scheme not in BATCH_SCHEMES:
@@ -348,6 +352,7 @@ class ControlVariateGradient(MinibatchGradient):
     #: The differences' covariance is quadratic in ``theta - theta_hat``: it changes as fast
     #: as the chain moves.
     position_dependent_noise = True
+    control_variate = True
 
     def __init__(self, model, batch_size=None, scheme="replacement", theta_hat=None, g_hat=None,
                  row_probabilities=None):

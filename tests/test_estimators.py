@@ -14,7 +14,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skbayes_sg import DivergenceError, SGBayesLinearRegression, SGBayesLogisticRegression
-from skbayes_sg.samplers import SGHMC, SGLD, SGNHT
+from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, MCCAdL
 
 FAST = dict(n_iter=300, n_chains=2, random_state=0)
 
@@ -79,12 +79,17 @@ def test_classifier_attributes_and_predictive(cancer):
     assert d["batch_size"] is None and d["gradient"] == "full" and d["preconditioner"] == "dense"
     assert d["n_grad_evals"] == 3 * (1 + 500) * X.shape[0]
     assert d["step_size"] == pytest.approx(0.2) and d["lambda_max"] == 1.0
-    # With minibatches: one independent minibatch per iteration for the C step besides the
-    # force, each a control-variate difference (two gradient evaluations per row).
+    # With minibatches: one minibatch per iteration, the force's, whose per-example gradients
+    # also give the C step's Sigma under control variates (MCCAdL's sigma_estimate="auto"),
+    # each a control-variate difference (two gradient evaluations per row).
     mini = SGBayesLogisticRegression(n_iter=50, n_chains=2, batch_size=200, random_state=0).fit(X, y)
     d = mini.diagnostics_
     assert d["gradient"] == "control_variate" and d["noise_eigenvalue"] > 0
-    assert d["n_grad_evals"] == 2 * (1 + 2 * 50) * 200 * 2
+    assert d["n_grad_evals"] == 2 * (1 + 50) * 200 * 2
+    # ...and one more, independent, per iteration for Sigma with sigma_estimate="independent".
+    mini = SGBayesLogisticRegression(sampler=MCCAdL(sigma_estimate="independent"), n_iter=50, n_chains=2,
+                                     batch_size=200, random_state=0).fit(X, y)
+    assert mini.diagnostics_["n_grad_evals"] == 2 * (1 + 2 * 50) * 200 * 2
     assert clf.n_iter_ == 500
 
 

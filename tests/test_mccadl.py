@@ -2,8 +2,8 @@
 equilibrium, one gradient per iteration, and the Normal-Gamma comparison of CCAdL's Table 1."""
 
 import numpy as np
-from sklearn.base import clone
 import pytest
+from sklearn.base import clone
 
 from skbayes_sg import SGBayesLinearRegression
 from skbayes_sg._chains import run_chain
@@ -230,8 +230,10 @@ def test_sigma_refresh_auto_follows_the_gradient_estimator():
     X, y, model, m, _ = _linreg_problem(N=400)
     fits = {}
     for refresh in ("auto", 1):
-        fits[refresh] = SGBayesLinearRegression(sampler=MCCAdL(sigma_refresh=refresh), noise_precision=1.0,
-                                                batch_size=40, n_iter=400, n_chains=1, random_state=3).fit(X, y)
+        # An independent Sigma under control variates, which sigma_estimate="auto" would not use.
+        fits[refresh] = SGBayesLinearRegression(sampler=MCCAdL(sigma_estimate="independent", sigma_refresh=refresh),
+                                                noise_precision=1.0, batch_size=40, n_iter=400, n_chains=1,
+                                                random_state=3).fit(X, y)
     np.testing.assert_array_equal(fits["auto"].samples_, fits[1].samples_)
     assert fits["auto"].diagnostics_["gradient"] == "control_variate"
     assert fits["auto"].diagnostics_["sigma_minibatches_per_iter"] == 1.0
@@ -248,3 +250,32 @@ def test_reused_sigma_gives_the_same_draws_whatever_n_jobs():
              for kw in ({"n_jobs": 1}, {"n_jobs": 2}, {"n_jobs": 2, "verbose": 1})]
     np.testing.assert_array_equal(draws[0], draws[1])
     np.testing.assert_array_equal(draws[0], draws[2])
+
+
+def test_sigma_estimate_auto_follows_the_gradient_estimator():
+    """'auto': Sigma from the force's own minibatch ("same") with control-variate gradients (the
+    estimators' default), from an independent minibatch with plain minibatch gradients, draw
+    for draw what the explicit option gives; an explicit option is kept whatever the gradients."""
+    from skbayes_sg.minibatch import ControlVariateGradient
+
+    X, y, model, m, _ = _linreg_problem(N=400)
+    plain = MinibatchGradient(model, 40)
+    cv = ControlVariateGradient(model, 40, theta_hat=m)
+    assert MCCAdL().sigma_estimate == "auto"
+    assert MCCAdL().sigma_source(cv) == "same"
+    assert MCCAdL().sigma_source(plain) == "independent"
+    for source in ("independent", "lagged", "same"):
+        assert MCCAdL(sigma_estimate=source).sigma_source(cv) == source
+        assert MCCAdL(sigma_estimate=source).sigma_source(plain) == source
+    for gradient, resolved, per_iter in (("auto", "same", 0.0), ("minibatch", "independent", None)):
+        fits = {}
+        for source in ("auto", resolved):
+            fits[source] = SGBayesLinearRegression(sampler=MCCAdL(sigma_estimate=source), gradient=gradient,
+                                                   noise_precision=1.0, batch_size=40, n_iter=400, n_chains=1,
+                                                   random_state=3).fit(X, y)
+        np.testing.assert_array_equal(fits["auto"].samples_, fits[resolved].samples_)
+        assert fits["auto"].diagnostics_["gradient"] == ("control_variate" if gradient == "auto" else "minibatch")
+        if per_iter is not None:  # no Sigma minibatch at all
+            assert fits["auto"].diagnostics_["sigma_minibatches_per_iter"] == per_iter
+        else:
+            assert fits["auto"].diagnostics_["sigma_minibatches_per_iter"] > 0
