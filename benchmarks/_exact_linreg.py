@@ -49,7 +49,7 @@ def sufficient_statistics(X, y, fit_intercept=True, block=200_000):
     G = np.zeros((P, P))
     c = np.zeros(P)
     for start in range(0, N, block):
-        Xb, yb = X[start:start + block], y[start:start + block]
+        Xb, yb = X[start : start + block], y[start : start + block]
         G[:D, :D] += Xb.T @ Xb
         c[:D] += Xb.T @ yb
         if fit_intercept:
@@ -85,17 +85,23 @@ class _Marginal:
         s = np.atleast_1d(np.asarray(s, dtype=float))
         tau = np.exp(s)[:, None]
         d = self.alpha + tau * self.lam[None, :]
-        quad = (tau[:, 0] ** 2) * np.sum(self.r ** 2 / d, axis=1)
-        out = (0.5 * self.N * s - 0.5 * tau[:, 0] * self.yy + 0.5 * quad - 0.5 * np.log(d).sum(axis=1)
-               + self.a * s - self.b * np.exp(s))
+        quad = (tau[:, 0] ** 2) * np.sum(self.r**2 / d, axis=1)
+        out = (
+            0.5 * self.N * s
+            - 0.5 * tau[:, 0] * self.yy
+            + 0.5 * quad
+            - 0.5 * np.log(d).sum(axis=1)
+            + self.a * s
+            - self.b * np.exp(s)
+        )
         return out
 
     def conditional(self, s):
         """``m(tau)`` (S, P) and ``diag S(tau)`` (S, P) on a grid of ``s``."""
         tau = np.exp(np.asarray(s, dtype=float))[:, None]
-        inv_d = 1.0 / (self.alpha + tau * self.lam[None, :])      # (S, P) eigen-coordinates
-        m = (tau * inv_d * self.r[None, :]) @ self.U.T              # (S, P)
-        var = inv_d @ (self.U.T ** 2)                               # diag(U diag(1/d) U')
+        inv_d = 1.0 / (self.alpha + tau * self.lam[None, :])  # (S, P) eigen-coordinates
+        m = (tau * inv_d * self.r[None, :]) @ self.U.T  # (S, P)
+        var = inv_d @ (self.U.T**2)  # diag(U diag(1/d) U')
         return m, var
 
 
@@ -121,7 +127,7 @@ def sampled_noise_posterior(stats, alpha=1.0, a=1e-6, b=1e-6, n_grid=GRID_POINTS
     # Curvature by a central difference at a scale matched to the expected sd ~ sqrt(2 / N).
     eps = 1e-3 * np.sqrt(2.0 / max(N, 1)) + 1e-6
     f = marg.logp(np.array([s_mode - eps, s_mode, s_mode + eps]))
-    curv = -(f[0] - 2 * f[1] + f[2]) / eps ** 2
+    curv = -(f[0] - 2 * f[1] + f[2]) / eps**2
     s_sd = 1.0 / np.sqrt(curv) if curv > 0 else 1.0
     grid = np.linspace(s_mode - half_width * s_sd, s_mode + half_width * s_sd, n_grid)
     lp = marg.logp(grid)
@@ -129,12 +135,17 @@ def sampled_noise_posterior(stats, alpha=1.0, a=1e-6, b=1e-6, n_grid=GRID_POINTS
     w /= w.sum()
     m, var = marg.conditional(grid)
     mean = w @ m
-    second = w @ (var + m ** 2)
-    sd = np.sqrt(np.maximum(second - mean ** 2, 0.0))
+    second = w @ (var + m**2)
+    sd = np.sqrt(np.maximum(second - mean**2, 0.0))
     s_mean = float(w @ grid)
     s_sd_exact = float(np.sqrt(w @ (grid - s_mean) ** 2))
-    return {"mean": np.append(mean, s_mean), "sd": np.append(sd, s_sd_exact), "s_mode": s_mode,
-            "s_grid_sd": float(s_sd), "edge_mass": float(max(w[0], w[-1]))}
+    return {
+        "mean": np.append(mean, s_mean),
+        "sd": np.append(sd, s_sd_exact),
+        "s_mode": s_mode,
+        "s_grid_sd": float(s_sd),
+        "edge_mass": float(max(w[0], w[-1])),
+    }
 
 
 def _gibbs(X, y, alpha, a, b, n_iter, rng):
@@ -165,8 +176,14 @@ def _selfcheck():
     marg = _Marginal(stats, alpha, a, b)
     Xa = np.column_stack([X, np.ones(N)])
     ss = np.array([-1.0, 0.0, 0.5, 1.2])
-    dense = np.array([multivariate_normal(np.zeros(N), Xa @ Xa.T / alpha + np.eye(N) / np.exp(s)).logpdf(y)
-                      + a * s - b * np.exp(s) for s in ss])
+    dense = np.array(
+        [
+            multivariate_normal(np.zeros(N), Xa @ Xa.T / alpha + np.eye(N) / np.exp(s)).logpdf(y)
+            + a * s
+            - b * np.exp(s)
+            for s in ss
+        ]
+    )
     ours = marg.logp(ss)
     diff = (ours - ours[0]) - (dense - dense[0])
     print("marginal log density vs dense N x N (differences, should be ~1e-10):", np.abs(diff).max())

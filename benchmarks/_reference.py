@@ -189,13 +189,16 @@ def load_reference(name):
     if not path.exists():
         raise FileNotFoundError(
             f"no reference posterior for {name!r} at {path}; compute it with "
-            f"`python benchmarks/reference_posterior.py {name}` from the repo root")
+            f"`python benchmarks/reference_posterior.py {name}` from the repo root"
+        )
     with np.load(path) as data:
         ref = {key: data[key] for key in data.files}
     # 0-d arrays as Python scalars, so that callers can format and compare them directly.
     ref = {key: (value.item() if value.ndim == 0 else value) for key, value in ref.items()}
     # References saved before the prior was stored per coordinate have the papers' prior.
     ref.setdefault("alpha_intercept", ref["alpha"])
-    ref.setdefault("prior_precision", np.append(np.full(int(ref["n_features"]), float(ref["alpha"])),
-                                                float(ref["alpha_intercept"])))
+    ref.setdefault(
+        "prior_precision",
+        np.append(np.full(int(ref["n_features"]), float(ref["alpha"])), float(ref["alpha_intercept"])),
+    )
     return ref

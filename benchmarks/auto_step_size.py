@@ -35,14 +35,28 @@ def main():
     X_train, _, y_train, _ = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
     X_train = StandardScaler().fit_transform(X_train)
 
-    ref = SGBayesLogisticRegression(sampler=SAMPLERS["sgnht"](step_size=0.003), batch_size=None,
-                                    n_iter=10 * n_iter, n_chains=4, random_state=1, max_draws=2000)
+    ref = SGBayesLogisticRegression(
+        sampler=SAMPLERS["sgnht"](step_size=0.003),
+        batch_size=None,
+        n_iter=10 * n_iter,
+        n_chains=4,
+        random_state=1,
+        max_draws=2000,
+    )
     ref.fit(X_train, y_train)
     flat = ref.samples_.reshape(-1, ref.samples_.shape[-1])
     ref_mean, ref_sd = flat.mean(axis=0), flat.std(axis=0)
-    print(json.dumps({"reference": "sgnht full data h=0.003", "n_iter": 10 * n_iter,
-                      "min_ess": round(float(np.nanmin(ref.diagnostics_["ess"]))),
-                      "max_rhat": round(float(np.nanmax(ref.diagnostics_["rhat"])), 3)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "reference": "sgnht full data h=0.003",
+                "n_iter": 10 * n_iter,
+                "min_ess": round(float(np.nanmin(ref.diagnostics_["ess"]))),
+                "max_rhat": round(float(np.nanmax(ref.diagnostics_["rhat"])), 3),
+            }
+        ),
+        flush=True,
+    )
 
     grid = {"sgld": [0.02, 0.05, 0.1, 0.2], "sghmc": [0.1, 0.2, 0.3, 0.5], "sgnht": [0.1, 0.2, 0.3, 0.5]}
     for name, constants in grid.items():
@@ -56,14 +70,22 @@ def main():
                 cls._auto_step_constant = default
             draws = est.samples_.reshape(-1, est.samples_.shape[-1])
             ratio = draws.std(axis=0) / ref_sd
-            print(json.dumps({
-                "sampler": name, "c": c, "default": c == default, "h": round(est.diagnostics_["step_size"], 5),
-                "sd_ratio_median": round(float(np.median(ratio)), 3),
-                "sd_ratio_range": [round(float(ratio.min()), 3), round(float(ratio.max()), 3)],
-                "max_mean_error_sd": round(float(np.abs((draws.mean(axis=0) - ref_mean) / ref_sd).max()), 3),
-                "max_rhat": round(float(np.nanmax(est.diagnostics_["rhat"])), 3),
-                "min_ess": round(float(np.nanmin(est.diagnostics_["ess"]))),
-            }), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "sampler": name,
+                        "c": c,
+                        "default": c == default,
+                        "h": round(est.diagnostics_["step_size"], 5),
+                        "sd_ratio_median": round(float(np.median(ratio)), 3),
+                        "sd_ratio_range": [round(float(ratio.min()), 3), round(float(ratio.max()), 3)],
+                        "max_mean_error_sd": round(float(np.abs((draws.mean(axis=0) - ref_mean) / ref_sd).max()), 3),
+                        "max_rhat": round(float(np.nanmax(est.diagnostics_["rhat"])), 3),
+                        "min_ess": round(float(np.nanmin(est.diagnostics_["ess"]))),
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

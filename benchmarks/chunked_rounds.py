@@ -94,18 +94,26 @@ def main():
                     reference = samples if reference is None else reference
                     identical &= bool(np.array_equal(samples, reference))
             med = {label: float(np.median(v)) for label, v in wall.items()}
-            per_round = (med["smallest_rounds"] - med["one_round"]) / max(1, counts["smallest_rounds"]
-                                                                            - counts["one_round"])
-            row = {"problem": name, "n_jobs": n_jobs, "repeats": args.repeats,
-                   "wall_seconds": wall, "cpu_seconds_this_process": cpu,
-                   "parallel_calls": counts,
-                   "median_ratio_rounds_to_one_round": med["rounds"] / med["one_round"],
-                   "seconds_per_extra_round": per_round,
-                   "overhead_estimate": per_round * (counts["rounds"] - counts["one_round"]) / med["one_round"],
-                   "draws_identical": identical, "round_seconds": default}
+            per_round = (med["smallest_rounds"] - med["one_round"]) / max(
+                1, counts["smallest_rounds"] - counts["one_round"]
+            )
+            row = {
+                "problem": name,
+                "n_jobs": n_jobs,
+                "repeats": args.repeats,
+                "wall_seconds": wall,
+                "cpu_seconds_this_process": cpu,
+                "parallel_calls": counts,
+                "median_ratio_rounds_to_one_round": med["rounds"] / med["one_round"],
+                "seconds_per_extra_round": per_round,
+                "overhead_estimate": per_round * (counts["rounds"] - counts["one_round"]) / med["one_round"],
+                "draws_identical": identical,
+                "round_seconds": default,
+            }
             if n_jobs == 1:
-                row["cpu_median_ratio_rounds_to_one_round"] = float(np.median(cpu["rounds"]) /
-                                                                    np.median(cpu["one_round"]))
+                row["cpu_median_ratio_rounds_to_one_round"] = float(
+                    np.median(cpu["rounds"]) / np.median(cpu["one_round"])
+                )
             print(json.dumps(row), flush=True)
             rows.append(row)
     with open(OUT, "w") as f:

@@ -79,8 +79,15 @@ def _one(label, params, seed, scale="unit", save=None):
     from sklearn.metrics import accuracy_score, log_loss
 
     Xtr, Xte, ytr, yte = _data(scale)
-    row = {"benchmark": "drbm_digits_defaults", "label": label, "params": params, "random_state": seed, "scale": scale,
-           "n_train": int(Xtr.shape[0]), "n_test": int(Xte.shape[0])}
+    row = {
+        "benchmark": "drbm_digits_defaults",
+        "label": label,
+        "params": params,
+        "random_state": seed,
+        "scale": scale,
+        "n_train": int(Xtr.shape[0]),
+        "n_test": int(Xte.shape[0]),
+    }
     if label == "mlp":
         from sklearn.neural_network import MLPClassifier
 
@@ -99,9 +106,16 @@ def _one(label, params, seed, scale="unit", save=None):
         clf = SGBayesDRBMClassifier(random_state=seed, **params)
         caught, proba = _fit_and_predict(clf, Xtr, ytr, Xte, row)
         d = clf.diagnostics_
-        row.update(step_size=d["step_size"], lambda_max=d.get("lambda_max"), batch_size=d["batch_size"],
-                   thin=d["thin"], draws_per_chain=int(clf.samples_.shape[1]), n_iter=int(clf.n_iter_),
-                   n_iter_blocks=d.get("n_iter_blocks"), max_param_rhat=float(np.nanmax(d["rhat"])))
+        row.update(
+            step_size=d["step_size"],
+            lambda_max=d.get("lambda_max"),
+            batch_size=d["batch_size"],
+            thin=d["thin"],
+            draws_per_chain=int(clf.samples_.shape[1]),
+            n_iter=int(clf.n_iter_),
+            n_iter_blocks=d.get("n_iter_blocks"),
+            max_param_rhat=float(np.nanmax(d["rhat"])),
+        )
         for key in ("predictive_rhat", "predictive_ess", "predictive_ess_tail"):
             if key in d:
                 row[key] = float(d[key])
@@ -111,12 +125,16 @@ def _one(label, params, seed, scale="unit", save=None):
         per_draw = -np.log(np.clip(draws[:, np.arange(codes.size), codes], 1e-300, None)).mean(axis=1)
         per_draw = per_draw.reshape(clf.samples_.shape[:2])
         s = diagnostics.summarize(per_draw)
-        row.update(test_rhat=s["rhat"], test_ess=s["ess_bulk"], test_ess_tail=s["ess_tail"],
-                   test_log_loss_chain_means=per_draw.mean(axis=1).round(4).tolist())
+        row.update(
+            test_rhat=s["rhat"],
+            test_ess=s["ess_bulk"],
+            test_ess_tail=s["ess_tail"],
+            test_log_loss_chain_means=per_draw.mean(axis=1).round(4).tolist(),
+        )
         if save:
             chains = draws.reshape(*clf.samples_.shape[:2], *draws.shape[1:])
             half = chains.shape[1] // 2
-            halves = np.stack([chains[:, :half].mean(axis=1), chains[:, half:2 * half].mean(axis=1)], axis=1)
+            halves = np.stack([chains[:, :half].mean(axis=1), chains[:, half : 2 * half].mean(axis=1)], axis=1)
             np.savez_compressed(save, halves=halves, per_draw=per_draw, y_test=codes)
             row["predictive_file"] = str(Path(save).name)
     row["accuracy"] = float(accuracy_score(yte, clf.classes_[proba.argmax(axis=1)]))
@@ -128,8 +146,13 @@ def _one(label, params, seed, scale="unit", save=None):
 def _run(label, params, seed, package=None, scale="unit", save=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(package or ROOT)
-    out = subprocess.run([sys.executable, __file__, "--one", json.dumps([label, params, seed, scale, save])], env=env,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", json.dumps([label, params, seed, scale, save])],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode:
         return {"benchmark": "drbm_digits_defaults", "label": label, "params": params, "error": out.stderr[-2000:]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -139,22 +162,35 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--base", help="package root of the old defaults' commit (runs them too)")
-    parser.add_argument("--config", action="append", default=[],
-                        help="extra estimator parameters as JSON (repeatable); default: the defaults only")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="extra estimator parameters as JSON (repeatable); default: the defaults only",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--scale", choices=["unit", "symmetric"], default="unit",
-                        help="features X / 16 in [0, 1] (the issue's setting) or X / 8 - 1 in [-1, 1]")
+    parser.add_argument(
+        "--scale",
+        choices=["unit", "symmetric"],
+        default="unit",
+        help="features X / 16 in [0, 1] (the issue's setting) or X / 8 - 1 in [-1, 1]",
+    )
     parser.add_argument("--no-mlp", action="store_true")
     parser.add_argument("--no-defaults", action="store_true", help="only the --config runs (and --base, mlp)")
     parser.add_argument("--out", default=str(RESULTS), help="results file (JSON lines)")
     parser.add_argument("--append", action="store_true", help="append to the results file")
-    parser.add_argument("--save-predictive", metavar="DIR",
-                        help="keep each DRBM fit's test predictive in DIR (for drbm_digits_step_bias.py)")
+    parser.add_argument(
+        "--save-predictive",
+        metavar="DIR",
+        help="keep each DRBM fit's test predictive in DIR (for drbm_digits_step_bias.py)",
+    )
     args = parser.parse_args()
     if args.one:
         print(json.dumps(_one(*json.loads(args.one))))
         return
-    runs = ([] if args.no_defaults else [("defaults", {}, None)]) + [("config", json.loads(c), None) for c in args.config]
+    runs = ([] if args.no_defaults else [("defaults", {}, None)]) + [
+        ("config", json.loads(c), None) for c in args.config
+    ]
     if args.base:
         runs.append(("old_defaults", {}, args.base))
     if not args.no_mlp:

@@ -83,12 +83,20 @@ def compare(a, b, y):
     z = (pa - pb)[se > 0] / se[se > 0]
     da, db = a[1].mean(axis=1), b[1].mean(axis=1)  # per-chain means of the per-draw test log loss
     return {
-        "log_loss": round(la, 5), "log_loss_se": round(sa, 5), "ref_log_loss": round(lb, 5), "ref_log_loss_se": round(sb, 5),
-        "diff": round(la - lb, 5), "diff_se": round(float(np.hypot(sa, sb)), 5),
-        "max_abs_dp": round(float(np.abs(pa - pb).max()), 4), "mean_abs_dp": round(float(np.abs(pa - pb).mean()), 5),
-        "rms_z": round(float(np.sqrt((z**2).mean())), 3), "frac_abs_z_gt2": round(float((np.abs(z) > 2).mean()), 4),
-        "per_draw_log_loss": round(float(da.mean()), 5), "per_draw_log_loss_se": round(float(da.std(ddof=1) / 2), 5),
-        "ref_per_draw_log_loss": round(float(db.mean()), 5), "ref_per_draw_log_loss_se": round(float(db.std(ddof=1) / 2), 5),
+        "log_loss": round(la, 5),
+        "log_loss_se": round(sa, 5),
+        "ref_log_loss": round(lb, 5),
+        "ref_log_loss_se": round(sb, 5),
+        "diff": round(la - lb, 5),
+        "diff_se": round(float(np.hypot(sa, sb)), 5),
+        "max_abs_dp": round(float(np.abs(pa - pb).max()), 4),
+        "mean_abs_dp": round(float(np.abs(pa - pb).mean()), 5),
+        "rms_z": round(float(np.sqrt((z**2).mean())), 3),
+        "frac_abs_z_gt2": round(float((np.abs(z) > 2).mean()), 4),
+        "per_draw_log_loss": round(float(da.mean()), 5),
+        "per_draw_log_loss_se": round(float(da.std(ddof=1) / 2), 5),
+        "ref_per_draw_log_loss": round(float(db.mean()), 5),
+        "ref_per_draw_log_loss_se": round(float(db.std(ddof=1) / 2), 5),
         "accuracy": round(float((pa.argmax(axis=1) == y).mean()), 4),
         "ref_accuracy": round(float((pb.argmax(axis=1) == y).mean()), 4),
     }
@@ -97,8 +105,12 @@ def compare(a, b, y):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default="/tmp/drbm_bias", help="where the fits' predictives are kept")
-    parser.add_argument("--scale", choices=["unit", "symmetric"], default="unit",
-                        help="features X / 16 in [0, 1] or X / 8 - 1 in [-1, 1] (as in drbm_digits_defaults.py)")
+    parser.add_argument(
+        "--scale",
+        choices=["unit", "symmetric"],
+        default="unit",
+        help="features X / 16 in [0, 1] or X / 8 - 1 in [-1, 1] (as in drbm_digits_defaults.py)",
+    )
     parser.add_argument("--out", help="default: benchmarks/results/drbm_digits_step_bias[_symmetric].json")
     args = parser.parse_args()
     out_path = args.out or str(RESULTS).format("" if args.scale == "unit" else "_" + args.scale)
@@ -112,12 +124,21 @@ def main():
     comparisons = []
     for (name, seed), fit in fits.items():
         for (ref, ref_seed), ref_fit in fits.items():
-            if ref.startswith("reference") and (name, seed) != (ref, ref_seed) and (
-                    name == "defaults" or ref == "reference_0.5" and name == "reference_0.75"):
-                comparisons.append({"fit": name, "seed": seed, "reference": ref, "ref_seed": ref_seed,
-                                    **compare(fit, ref_fit, y)})
-    out = {"benchmark": "drbm_digits_step_bias", "scale": args.scale, "runs": [[n, p, s] for n, p, s in runs],
-           "comparisons": comparisons, "fit_rows": rows}
+            if (
+                ref.startswith("reference")
+                and (name, seed) != (ref, ref_seed)
+                and (name == "defaults" or ref == "reference_0.5" and name == "reference_0.75")
+            ):
+                comparisons.append(
+                    {"fit": name, "seed": seed, "reference": ref, "ref_seed": ref_seed, **compare(fit, ref_fit, y)}
+                )
+    out = {
+        "benchmark": "drbm_digits_step_bias",
+        "scale": args.scale,
+        "runs": [[n, p, s] for n, p, s in runs],
+        "comparisons": comparisons,
+        "fit_rows": rows,
+    }
     for c in comparisons:
         print(json.dumps(c))
     Path(out_path).write_text(json.dumps(out, indent=1) + "\n")

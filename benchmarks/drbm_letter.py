@@ -86,8 +86,14 @@ def run_config(model, theta0, name, h, A, n_iter, n_burn, eval_every, X_test, y_
     proba_sum = np.zeros((len(y_test), model.n_classes))
     theta_sum = np.zeros_like(theta0, dtype=float)
     ll_sum, n_kept = 0.0, 0
-    curve = {"passes": [], "test_error": [], "test_error_mean_theta": [], "expected_log_loss": [],
-             "draw_log_loss": [], "predictive_log_loss": []}
+    curve = {
+        "passes": [],
+        "test_error": [],
+        "test_error_mean_theta": [],
+        "expected_log_loss": [],
+        "draw_log_loss": [],
+        "predictive_log_loss": [],
+    }
     step_seconds, diverged = 0.0, False
     for t in range(1, n_iter + 1):
         t0 = time.perf_counter()
@@ -127,10 +133,18 @@ def run_config(model, theta0, name, h, A, n_iter, n_burn, eval_every, X_test, y_
         curve["predictive_log_loss"].append(pred_log_loss)
     summary = state.summary()
     out = {
-        "benchmark": "drbm_letter", "sampler": name, "h": h, "A": A, "n_iter": n_iter, "n_burn": n_burn,
-        "diverged": diverged, "n_draws_evaluated": n_kept,
+        "benchmark": "drbm_letter",
+        "sampler": name,
+        "h": h,
+        "A": A,
+        "n_iter": n_iter,
+        "n_burn": n_burn,
+        "diverged": diverged,
+        "n_draws_evaluated": n_kept,
         "final_test_error": curve["test_error"][-1] if curve["test_error"] and not diverged else None,
-        "final_test_error_mean_theta": curve["test_error_mean_theta"][-1] if curve["test_error"] and not diverged else None,
+        "final_test_error_mean_theta": curve["test_error_mean_theta"][-1]
+        if curve["test_error"] and not diverged
+        else None,
         "final_expected_log_loss": curve["expected_log_loss"][-1] if curve["test_error"] and not diverged else None,
         "final_predictive_log_loss": curve["predictive_log_loss"][-1] if curve["test_error"] and not diverged else None,
         "paper_expected_log_loss": PAPER_TABLE3.get((h, A), {}).get(name),
@@ -156,9 +170,17 @@ def estimator_run(X, y, X_test, y_test, passes, n_chains, n_jobs, h=2e-2, A=10.0
     from skbayes_sg.samplers import MCCAdL
 
     n_iter = int(round(passes * N_TRAIN / BATCH))
-    est = SGBayesDRBMClassifier(n_hidden=H, sampler=MCCAdL(step_size=h, friction=A), n_iter=n_iter, burn_in=0.2,
-                                batch_size=BATCH, n_chains=n_chains, n_jobs=n_jobs, max_draws=max_draws,
-                                random_state=0)
+    est = SGBayesDRBMClassifier(
+        n_hidden=H,
+        sampler=MCCAdL(step_size=h, friction=A),
+        n_iter=n_iter,
+        burn_in=0.2,
+        batch_size=BATCH,
+        n_chains=n_chains,
+        n_jobs=n_jobs,
+        max_draws=max_draws,
+        random_state=0,
+    )
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -169,11 +191,21 @@ def estimator_run(X, y, X_test, y_test, passes, n_chains, n_jobs, h=2e-2, A=10.0
     per_draw = -np.log(np.maximum(proba_draws[:, rows, y_test], 1e-300)).mean(axis=1)
     proba = proba_draws.mean(axis=0)
     per_chain = per_draw.reshape(n_chains, -1)
-    chain_error = [float(np.mean(proba_draws.reshape(n_chains, -1, *proba_draws.shape[1:])[c].mean(axis=0)
-                                 .argmax(axis=1) != y_test)) for c in range(n_chains)]
+    chain_error = [
+        float(
+            np.mean(proba_draws.reshape(n_chains, -1, *proba_draws.shape[1:])[c].mean(axis=0).argmax(axis=1) != y_test)
+        )
+        for c in range(n_chains)
+    ]
     return {
-        "benchmark": "drbm_letter", "estimator": "SGBayesDRBMClassifier", "sampler": "mccadl", "h": h, "A": A,
-        "passes": passes, "n_chains": n_chains, "fit_seconds": seconds,
+        "benchmark": "drbm_letter",
+        "estimator": "SGBayesDRBMClassifier",
+        "sampler": "mccadl",
+        "h": h,
+        "A": A,
+        "passes": passes,
+        "n_chains": n_chains,
+        "fit_seconds": seconds,
         "test_error": float(np.mean(est.predict(X_test) != y_test)),
         "predictive_log_loss": float(log_loss(y_test, proba, labels=np.arange(26))),
         "expected_log_loss": float(per_draw.mean()),
@@ -199,9 +231,15 @@ def reference_models(X, y, X_test, y_test, quick):
             warnings.simplefilter("ignore")
             est.fit(X, y)
         proba = est.predict_proba(X_test)
-        rows.append({"benchmark": "drbm_letter", "reference": label, "fit_seconds": time.perf_counter() - t0,
-                     "test_error": float(np.mean(est.predict(X_test) != y_test)),
-                     "log_loss": float(log_loss(y_test, proba, labels=np.arange(26)))})
+        rows.append(
+            {
+                "benchmark": "drbm_letter",
+                "reference": label,
+                "fit_seconds": time.perf_counter() - t0,
+                "test_error": float(np.mean(est.predict(X_test) != y_test)),
+                "log_loss": float(log_loss(y_test, proba, labels=np.arange(26))),
+            }
+        )
     return rows
 
 
@@ -221,8 +259,9 @@ def plot(results, refs, path):
             c = r["curve"]
             axes[0, j].plot(c["passes"], c["test_error"], style, color=colors.get(r["sampler"]), label=label)
             if "test_error_mean_theta" in c:
-                axes[1, j].plot(c["passes"], c["test_error_mean_theta"], style, color=colors.get(r["sampler"]),
-                                label=label)
+                axes[1, j].plot(
+                    c["passes"], c["test_error_mean_theta"], style, color=colors.get(r["sampler"]), label=label
+                )
             axes[2, j].plot(c["passes"], c["expected_log_loss"], style, color=colors.get(r["sampler"]), label=label)
         for ref, ls in zip(refs, (":", "-.")):
             axes[0, j].axhline(ref["test_error"], color="gray", ls=ls, lw=1, label=ref["reference"])
@@ -252,15 +291,27 @@ def main():
     parser.add_argument("--eval-every", type=int, default=5, help="iterations between test-set evaluations")
     parser.add_argument("--step-sizes", default=None, help="comma-separated h values (default: the paper's three)")
     parser.add_argument("--frictions", default=None, help="comma-separated A values (default: 1,10)")
-    parser.add_argument("--features", choices=("unit", "symmetric"), default="symmetric",
-                        help="feature scaling: [-1, 1] (LIBSVM's letter.scale, the papers' data) or [0, 1]")
+    parser.add_argument(
+        "--features",
+        choices=("unit", "symmetric"),
+        default="symmetric",
+        help="feature scaling: [-1, 1] (LIBSVM's letter.scale, the papers' data) or [0, 1]",
+    )
     parser.add_argument("--n-jobs", type=int, default=1, help="configurations run in parallel processes")
-    parser.add_argument("--estimator", type=int, default=0, metavar="N_CHAINS",
-                        help="instead of the grid, fit SGBayesDRBMClassifier (mCCAdL, h=2e-2, A=10) with this many "
-                             "chains and report its posterior predictive (appended to drbm_letter_estimator.jsonl)")
+    parser.add_argument(
+        "--estimator",
+        type=int,
+        default=0,
+        metavar="N_CHAINS",
+        help="instead of the grid, fit SGBayesDRBMClassifier (mCCAdL, h=2e-2, A=10) with this many "
+        "chains and report its posterior predictive (appended to drbm_letter_estimator.jsonl)",
+    )
     parser.add_argument("--tag", default="", help="suffix of the output files")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the configurations already in the output JSON and run only the others")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the configurations already in the output JSON and run only the others",
+    )
     args = parser.parse_args()
     passes = 5.0 if args.quick else args.passes
     step_sizes = (2e-2, 3e-2) if args.quick else STEP_SIZES
@@ -303,8 +354,10 @@ def main():
     done = {(r["sampler"], r["h"], r["A"]) for r in results}
     todo = [(name, h, A) for A in frictions for h in step_sizes for name in names if (name, h, A) not in done]
     if args.n_jobs == 1:
-        runs = (run_config(model, theta0, name, h, A, n_iter, n_burn, args.eval_every, X_test, y_test)
-                for name, h, A in todo)
+        runs = (
+            run_config(model, theta0, name, h, A, n_iter, n_burn, args.eval_every, X_test, y_test)
+            for name, h, A in todo
+        )
     else:
         from joblib import Parallel, delayed
         from threadpoolctl import threadpool_limits

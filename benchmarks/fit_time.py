@@ -36,11 +36,13 @@ from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from skbayes_sg import SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg._chains import run_chain  # noqa: E402
-from skbayes_sg.samplers import FitContext  # noqa: E402
 from skbayes_sg._estimator import _map_estimate  # noqa: E402
 from skbayes_sg._geometry import Geometry  # noqa: E402
 from skbayes_sg.models import LogisticModel, SoftmaxModel  # noqa: E402
-from skbayes_sg.samplers import get_sampler  # noqa: E402
+from skbayes_sg.samplers import (
+    FitContext,  # noqa: E402
+    get_sampler,  # noqa: E402
+)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 OUT = Path(__file__).parent / "results" / "fit_time.jsonl"
@@ -77,8 +79,16 @@ def part_map():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sk = best_of(lambda: LogisticRegression(C=1.0, max_iter=5000).fit(X, y))
-        emit({"part": "map", "problem": name, "n_params": model.n_params, "seconds": ours,
-              "sklearn_seconds": sk, "ratio": ours / sk})
+        emit(
+            {
+                "part": "map",
+                "problem": name,
+                "n_params": model.n_params,
+                "seconds": ours,
+                "sklearn_seconds": sk,
+                "ratio": ours / sk,
+            }
+        )
 
 
 def part_fit():
@@ -91,11 +101,23 @@ def part_fit():
         total = time.perf_counter() - t0
         sk = best_of(lambda: LogisticRegression(C=1.0, max_iter=5000).fit(X, y))
     d = est.diagnostics_
-    emit({"part": "fit", "problem": "a9a", "seconds": total, "setup_seconds": setup,
-          "chain_seconds": total - setup, "sklearn_seconds": sk, "ratio_to_sklearn": total / sk,
-          "min_ess": float(d["ess"].min()), "max_rhat": float(d["rhat"].max()),
-          "min_ess_per_second": float(d["ess"].min() / total), "step_size": d["step_size"],
-          "batch_size": d["batch_size"], "c_step_products_per_iter": d.get("c_step_products_per_iter")})
+    emit(
+        {
+            "part": "fit",
+            "problem": "a9a",
+            "seconds": total,
+            "setup_seconds": setup,
+            "chain_seconds": total - setup,
+            "sklearn_seconds": sk,
+            "ratio_to_sklearn": total / sk,
+            "min_ess": float(d["ess"].min()),
+            "max_rhat": float(d["rhat"].max()),
+            "min_ess_per_second": float(d["ess"].min() / total),
+            "step_size": d["step_size"],
+            "batch_size": d["batch_size"],
+            "c_step_products_per_iter": d.get("c_step_products_per_iter"),
+        }
+    )
 
 
 def part_step():
@@ -106,37 +128,75 @@ def part_step():
         for name in ("sghmc", "sgld", "sgnht", "ccadl", "mccadl"):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                est = SGBayesLogisticRegression(sampler=name, n_iter=20, n_chains=1, batch_size=batch,
-                                                random_state=0).fit(X, y)
+                est = SGBayesLogisticRegression(
+                    sampler=name, n_iter=20, n_chains=1, batch_size=batch, random_state=0
+                ).fit(X, y)
             geometry = est._geometry
             chain_model = geometry.chain_model(model)
             cv = geometry.control_variate(chain_model)
             start = Geometry.to_chain(chain_model, est.samples_[0, -1])
             sampler = get_sampler(name)
-            costs[name] = best_of(lambda: run_chain(
-                sampler, chain_model, start, 2000, 0, 1, 10, batch, "replacement", np.random.SeedSequence(0),
-                context=FitContext(step=(est.diagnostics_["step_size"], {})), control_variate=cv)) / 2000
+            costs[name] = (
+                best_of(
+                    lambda: run_chain(
+                        sampler,
+                        chain_model,
+                        start,
+                        2000,
+                        0,
+                        1,
+                        10,
+                        batch,
+                        "replacement",
+                        np.random.SeedSequence(0),
+                        context=FitContext(step=(est.diagnostics_["step_size"], {})),
+                        control_variate=cv,
+                    )
+                )
+                / 2000
+            )
         for name, cost in costs.items():
-            emit({"part": "step", "problem": "a9a", "batch_size": batch, "sampler": name,
-                  "seconds_per_iter": cost, "ratio_to_sghmc": cost / costs["sghmc"]})
+            emit(
+                {
+                    "part": "step",
+                    "problem": "a9a",
+                    "batch_size": batch,
+                    "sampler": name,
+                    "seconds_per_iter": cost,
+                    "ratio_to_sghmc": cost / costs["sghmc"],
+                }
+            )
 
 
 def part_grid():
     X, y = load_breast_cancer(return_X_y=True)
     grid = GridSearchCV(
         make_pipeline(StandardScaler(), SGBayesLogisticRegression(random_state=0)),
-        {"sgbayeslogisticregression__sampler": [get_sampler("mccadl").set_params(preconditioner="dense"),
-                                                get_sampler("sghmc").set_params(preconditioner="dense")],
-         "sgbayeslogisticregression__sampler__step_size": [0.1, 0.2, 0.3]},
-        cv=3, scoring="neg_log_loss")
+        {
+            "sgbayeslogisticregression__sampler": [
+                get_sampler("mccadl").set_params(preconditioner="dense"),
+                get_sampler("sghmc").set_params(preconditioner="dense"),
+            ],
+            "sgbayeslogisticregression__sampler__step_size": [0.1, 0.2, 0.3],
+        },
+        cv=3,
+        scoring="neg_log_loss",
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t0 = time.perf_counter()
         grid.fit(X, y)
         seconds = time.perf_counter() - t0
-    emit({"part": "grid", "problem": "breast_cancer", "fits": 2 * 3 * 3 + 1, "seconds": seconds,
-          "best_params": {k.split("__", 1)[1]: str(v) for k, v in grid.best_params_.items()},
-          "best_score": float(grid.best_score_)})
+    emit(
+        {
+            "part": "grid",
+            "problem": "breast_cancer",
+            "fits": 2 * 3 * 3 + 1,
+            "seconds": seconds,
+            "best_params": {k.split("__", 1)[1]: str(v) for k, v in grid.best_params_.items()},
+            "best_score": float(grid.best_score_),
+        }
+    )
 
 
 def main():

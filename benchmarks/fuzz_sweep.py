@@ -50,8 +50,13 @@ def main():
     start = time.perf_counter()
 
     @hypothesis.seed(args.seed)
-    @settings(max_examples=args.cases, deadline=None, database=None, phases=[hypothesis.Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=args.cases,
+        deadline=None,
+        database=None,
+        phases=[hypothesis.Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(cases())
     def sweep(case):
         kind, params, X, y, what, container = case
@@ -70,8 +75,15 @@ def main():
             examples.setdefault(outcome, detail[:300])
         if outcome.startswith("bad"):
             bad_cases.append(case)
-            bad.append({"estimator": kind, "outcome": outcome, "detail": detail, "data": what,
-                        "params": {k: repr(v) for k, v in params.items()}})
+            bad.append(
+                {
+                    "estimator": kind,
+                    "outcome": outcome,
+                    "detail": detail,
+                    "data": what,
+                    "params": {k: repr(v) for k, v in params.items()},
+                }
+            )
 
     sweep()
     if args.dump:
@@ -90,8 +102,9 @@ def main():
         "value_error": sum(v for k, v in counts.items() if k.startswith("ValueError")),
         "bad": sum(v for k, v in counts.items() if k.startswith("bad")),
         "by_estimator": {k: dict(sorted(v.items())) for k, v in sorted(by_estimator.items())},
-        "own_warnings_per_case": {k: round(own_warnings[k] / max(1, sum(by_estimator[k].values())), 3)
-                                  for k in sorted(by_estimator)},
+        "own_warnings_per_case": {
+            k: round(own_warnings[k] / max(1, sum(by_estimator[k].values())), 3) for k in sorted(by_estimator)
+        },
         "error_examples": dict(sorted(examples.items())),
         "slowest_cases": slowest,
         "bad_cases": bad,

@@ -149,10 +149,16 @@ def load(name, standardise=True):
 def record(problem, method, seconds, accept, draws, extra=None):
     ess = ess_mean(draws)
     row = {
-        "problem": problem, "method": method, "library": "skbayes_sg", "time_s": round(seconds, 3),
-        "accept": round(float(accept), 3), "ess_min": round(float(ess.min()), 1),
-        "ess_med": round(float(np.median(ess)), 1), "ess_max": round(float(ess.max()), 1),
-        "min_ess_per_s": round(float(ess.min()) / seconds, 2), "load_avg_1min": os.getloadavg()[0],
+        "problem": problem,
+        "method": method,
+        "library": "skbayes_sg",
+        "time_s": round(seconds, 3),
+        "accept": round(float(accept), 3),
+        "ess_min": round(float(ess.min()), 1),
+        "ess_med": round(float(np.median(ess)), 1),
+        "ess_max": round(float(ess.max()), 1),
+        "min_ess_per_s": round(float(ess.min()) / seconds, 2),
+        "load_avg_1min": os.getloadavg()[0],
         **(extra or {}),
     }
     paper = PAPER_GADMALAF.get(problem)
@@ -169,13 +175,31 @@ def run_neal(n_adapt, n_keep, seed):
     for method, make in METHODS.items():
         sampler = make()
         t0 = time.perf_counter()
-        res = run_chain(sampler, model, np.zeros(model.n_params), n_adapt + n_keep, n_adapt, 1, None, None,
-                        "replacement", np.random.SeedSequence(seed))
+        res = run_chain(
+            sampler,
+            model,
+            np.zeros(model.n_params),
+            n_adapt + n_keep,
+            n_adapt,
+            1,
+            None,
+            None,
+            "replacement",
+            np.random.SeedSequence(seed),
+        )
         seconds = time.perf_counter() - t0
         L = res.summary.get("proposal_cholesky", res.summary.get("proposal_scale"))
         scales[method] = np.sqrt((L**2).sum(axis=1)) if L.ndim == 2 else L
-        rows.append(record("neal100", method, seconds, res.summary["acceptance_rate"], res.draws,
-                           {"seed": seed, "n_adapt": n_adapt, "n_keep": n_keep}))
+        rows.append(
+            record(
+                "neal100",
+                method,
+                seconds,
+                res.summary["acceptance_rate"],
+                res.draws,
+                {"seed": seed, "n_adapt": n_adapt, "n_keep": n_keep},
+            )
+        )
     return rows, model.s, scales
 
 
@@ -184,17 +208,34 @@ def run_binary(name, n_adapt, n_keep, seed):
     X, y = load(name)
     rows = []
     for method, make in METHODS.items():
-        clf = SGBayesLogisticRegression(sampler=make(), n_iter=n_adapt + n_keep, burn_in=n_adapt, batch_size=None,
-                                        n_chains=1, init="zeros", max_draws=None, alpha=1.0, alpha_intercept=1.0,
-                                        random_state=seed)
+        clf = SGBayesLogisticRegression(
+            sampler=make(),
+            n_iter=n_adapt + n_keep,
+            burn_in=n_adapt,
+            batch_size=None,
+            n_chains=1,
+            init="zeros",
+            max_draws=None,
+            alpha=1.0,
+            alpha_intercept=1.0,
+            random_state=seed,
+        )
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             # One chain: the estimator's R-hat warning does not apply.
             warnings.simplefilter("ignore")
             clf.fit(X, y)
         seconds = time.perf_counter() - t0
-        rows.append(record(name, method, seconds, clf.diagnostics_["acceptance_rate"], clf.samples_[0],
-                           {"seed": seed, "n_adapt": n_adapt, "n_keep": n_keep, "d": X.shape[1] + 1}))
+        rows.append(
+            record(
+                name,
+                method,
+                seconds,
+                clf.diagnostics_["acceptance_rate"],
+                clf.samples_[0],
+                {"seed": seed, "n_adapt": n_adapt, "n_keep": n_keep, "d": X.shape[1] + 1},
+            )
+        )
     return rows
 
 
@@ -207,8 +248,12 @@ def run_blackjax(names, nuts_only=False, standardise=True, problem_suffix=""):
     if not (ANCHOR_PY.exists() and ANCHOR_SCRIPT.exists()):
         print(json.dumps({"note": f"blackjax skipped: {ANCHOR_PY} not found"}), flush=True)
         return []
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+        XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    )
     args = [str(DATA), *names] + (["--nuts-only"] if nuts_only else [])
     if standardise:
         cmd = [str(ANCHOR_PY), str(ANCHOR_SCRIPT), *args]
@@ -216,8 +261,10 @@ def run_blackjax(names, nuts_only=False, standardise=True, problem_suffix=""):
         if STANDARDISE_LINE not in ANCHOR_SCRIPT.read_text():
             print(json.dumps({"note": "blackjax raw skipped: the script's standardising line changed"}), flush=True)
             return []
-        code = ("import sys; path = sys.argv.pop(1); src = open(path).read(); "
-                f"exec(compile(src.replace({STANDARDISE_LINE!r}, 'pass'), path, 'exec'))")
+        code = (
+            "import sys; path = sys.argv.pop(1); src = open(path).read(); "
+            f"exec(compile(src.replace({STANDARDISE_LINE!r}, 'pass'), path, 'exec'))"
+        )
         cmd = [str(ANCHOR_PY), "-c", code, str(ANCHOR_SCRIPT), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     rows = []
@@ -227,10 +274,19 @@ def run_blackjax(names, nuts_only=False, standardise=True, problem_suffix=""):
         r = json.loads(line)
         # Warm-up and compilation included, as for the gad samplers' whole fit.
         seconds = r["warmup_s"] + r["sample_s"]
-        row = {"problem": r["dataset"] + problem_suffix, "method": r["method"].upper(), "library": "blackjax",
-               "time_s": round(seconds, 3), "accept": r["accept"], "ess_min": r["ess_min"],
-               "ess_med": r["ess_med"], "ess_max": r["ess_max"], "min_ess_per_s": r["min_ess_per_s_total"],
-               "min_ess_per_s_sampling_only": r["min_ess_per_s_sampling"], "load_avg_1min": os.getloadavg()[0]}
+        row = {
+            "problem": r["dataset"] + problem_suffix,
+            "method": r["method"].upper(),
+            "library": "blackjax",
+            "time_s": round(seconds, 3),
+            "accept": r["accept"],
+            "ess_min": r["ess_min"],
+            "ess_med": r["ess_med"],
+            "ess_max": r["ess_max"],
+            "min_ess_per_s": r["min_ess_per_s_total"],
+            "min_ess_per_s_sampling_only": r["min_ess_per_s_sampling"],
+            "load_avg_1min": os.getloadavg()[0],
+        }
         print(json.dumps(row), flush=True)
         rows.append(row)
     if proc.returncode:
@@ -268,8 +324,9 @@ def plot(rows, s, scales, path):
     methods = list(dict.fromkeys(r["method"] for r in rows))
     width = 0.8 / len(methods)
     for k, m in enumerate(methods):
-        vals = [next((r["min_ess_per_s"] for r in rows if r["problem"] == p and r["method"] == m), np.nan)
-                for p in problems]
+        vals = [
+            next((r["min_ess_per_s"] for r in rows if r["problem"] == p and r["method"] == m), np.nan) for p in problems
+        ]
         ax1.bar(np.arange(len(problems)) + k * width, vals, width, label=m)
     ax1.set_xticks(np.arange(len(problems)) + 0.4 - width / 2, problems)
     ax1.set_yscale("log")
@@ -298,8 +355,12 @@ DEFAULT_FITS = {
     "gadMALA defaults": lambda: {"sampler": "gadmala"},
     "old defaults (n_iter=5000, burn_in=0.2, max_draws=1000)": lambda: {"sampler": "gadmala", **OLD_DEFAULTS},
     "old defaults, max_draws=None": lambda: {"sampler": "gadmala", **OLD_DEFAULTS, "max_draws": None},
-    "old defaults, burn_in=0.05, max_draws=None": lambda: {"sampler": "gadmala", **OLD_DEFAULTS, "burn_in": 0.05,
-                                                           "max_draws": None},
+    "old defaults, burn_in=0.05, max_draws=None": lambda: {
+        "sampler": "gadmala",
+        **OLD_DEFAULTS,
+        "burn_in": 0.05,
+        "max_draws": None,
+    },
     "paper start (init_scale=None), old defaults": lambda: {"sampler": GadMALA(init_scale=None), **OLD_DEFAULTS},
 }
 
@@ -331,18 +392,31 @@ def run_defaults(name, standardise, seed, fits=None):
         seconds = time.perf_counter() - t0
         diag = clf.diagnostics_
         ess = pooled_ess(clf.samples_)
-        row = {"problem": f"{name} ({scaling})", "dataset": name, "scaling": scaling, "method": method,
-               "library": "skbayes_sg", "seed": seed, "time_s": round(seconds, 3),
-               "accept": round(float(diag["acceptance_rate"]), 3),
-               "adapt_accept": round(float(diag["adapt_acceptance_rate"]), 3),
-               "ess_min": round(float(ess.min()), 1), "ess_med": round(float(np.median(ess)), 1),
-               "ess_max": round(float(ess.max()), 1), "min_ess_per_s": round(float(ess.min()) / seconds, 2),
-               "ess_bulk_min": round(float(diag["ess"].min()), 1), "rhat_max": round(float(diag["rhat"].max()), 4),
-               "n_draws": int(clf.samples_.shape[1]), "thin": int(diag["thin"]),
-               "draws_MB": round(clf.samples_.nbytes / 2**20, 2), "d": X.shape[1] + 1,
-               "n_iter": int(clf.n_iter_), "n_adapt": int(diag.get("n_adapt_steps", 0)) // clf.n_chains,
-               "warnings": sorted({type(w.message).__name__ for w in caught}),
-               "load_avg_1min": os.getloadavg()[0]}
+        row = {
+            "problem": f"{name} ({scaling})",
+            "dataset": name,
+            "scaling": scaling,
+            "method": method,
+            "library": "skbayes_sg",
+            "seed": seed,
+            "time_s": round(seconds, 3),
+            "accept": round(float(diag["acceptance_rate"]), 3),
+            "adapt_accept": round(float(diag["adapt_acceptance_rate"]), 3),
+            "ess_min": round(float(ess.min()), 1),
+            "ess_med": round(float(np.median(ess)), 1),
+            "ess_max": round(float(ess.max()), 1),
+            "min_ess_per_s": round(float(ess.min()) / seconds, 2),
+            "ess_bulk_min": round(float(diag["ess"].min()), 1),
+            "rhat_max": round(float(diag["rhat"].max()), 4),
+            "n_draws": int(clf.samples_.shape[1]),
+            "thin": int(diag["thin"]),
+            "draws_MB": round(clf.samples_.nbytes / 2**20, 2),
+            "d": X.shape[1] + 1,
+            "n_iter": int(clf.n_iter_),
+            "n_adapt": int(diag.get("n_adapt_steps", 0)) // clf.n_chains,
+            "warnings": sorted({type(w.message).__name__ for w in caught}),
+            "load_avg_1min": os.getloadavg()[0],
+        }
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
@@ -352,8 +426,16 @@ def run_baseline(src, label, name, standardise, seed):
     """The defaults fit of the package at ``src``: this script, in a subprocess importing
     skbayes_sg from ``src`` (``--part baseline-fit``); its row, method relabelled."""
     env = dict(os.environ, PYTHONPATH=str(src))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--part", "baseline-fit", "--dataset", name,
-           "--seed", str(seed)] + ([] if standardise else ["--raw"])
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--part",
+        "baseline-fit",
+        "--dataset",
+        name,
+        "--seed",
+        str(seed),
+    ] + ([] if standardise else ["--raw"])
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode or not rows:
@@ -393,8 +475,19 @@ def plot_defaults(rows, path):
     width = 0.8 / len(methods)
     for ax, scaling in zip(axes, ("standardised", "raw")):
         for k, m in enumerate(methods):
-            vals = [next((r["min_ess_per_s"] for r in rows if r.get("dataset", r["problem"].split()[0]) == d
-                          and r.get("scaling") == scaling and r["method"] == m), np.nan) for d in DATASETS]
+            vals = [
+                next(
+                    (
+                        r["min_ess_per_s"]
+                        for r in rows
+                        if r.get("dataset", r["problem"].split()[0]) == d
+                        and r.get("scaling") == scaling
+                        and r["method"] == m
+                    ),
+                    np.nan,
+                )
+                for d in DATASETS
+            ]
             ax.bar(np.arange(len(DATASETS)) + k * width, vals, width, label=m)
         ax.set_xticks(np.arange(len(DATASETS)) + 0.4 - width / 2, DATASETS)
         ax.set_yscale("log")
@@ -411,17 +504,33 @@ def ratio_table(rows):
     out = []
     keys = {(r["dataset"], r["scaling"]) for r in rows if r.get("library") == "skbayes_sg"}
     for dataset, scaling in sorted(keys):
-        nuts = {r["seed"]: r for r in rows if r.get("dataset") == dataset and r.get("scaling") == scaling
-                and r["method"] == "NUTS"}
+        nuts = {
+            r["seed"]: r
+            for r in rows
+            if r.get("dataset") == dataset and r.get("scaling") == scaling and r["method"] == "NUTS"
+        }
         for method in dict.fromkeys(r["method"] for r in rows if r.get("library") == "skbayes_sg"):
-            ours = [r for r in rows if r.get("dataset") == dataset and r.get("scaling") == scaling
-                    and r["method"] == method and r["seed"] in nuts]
+            ours = [
+                r
+                for r in rows
+                if r.get("dataset") == dataset
+                and r.get("scaling") == scaling
+                and r["method"] == method
+                and r["seed"] in nuts
+            ]
             if not ours:
                 continue
             ratios = [r["min_ess_per_s"] / nuts[r["seed"]]["min_ess_per_s"] for r in ours]
-            out.append({"dataset": dataset, "scaling": scaling, "method": method,
-                        "ratio_to_nuts_mean": round(float(np.mean(ratios)), 2),
-                        "ratio_to_nuts_min": round(float(np.min(ratios)), 2), "repeats": len(ratios)})
+            out.append(
+                {
+                    "dataset": dataset,
+                    "scaling": scaling,
+                    "method": method,
+                    "ratio_to_nuts_mean": round(float(np.mean(ratios)), 2),
+                    "ratio_to_nuts_min": round(float(np.min(ratios)), 2),
+                    "repeats": len(ratios),
+                }
+            )
     return out
 
 
@@ -447,19 +556,26 @@ def part_defaults(args):
                 rows += run_defaults(name, standardise, seed)
                 if not args.no_blackjax:
                     scaling = "standardised" if standardise else "raw"
-                    for r in run_blackjax([name], nuts_only=True, standardise=standardise,
-                                          problem_suffix=f" ({scaling})"):
+                    for r in run_blackjax(
+                        [name], nuts_only=True, standardise=standardise, problem_suffix=f" ({scaling})"
+                    ):
                         r.update(dataset=name, scaling=scaling, seed=seed)
                         rows.append(r)
     summary = mean_rows(rows)
     ratios = ratio_table(rows)
     for r in ratios:
         print(json.dumps(r), flush=True)
-    meta = {"argv": sys.argv[1:], "repeats": args.repeats, "cpu_count": os.cpu_count(),
-            "load_avg_1min": os.getloadavg()[0], "revision": _revision(HERE.parent),
-            "baseline": None if args.baseline is None else {"src": str(args.baseline), "label": args.baseline_label}}
+    meta = {
+        "argv": sys.argv[1:],
+        "repeats": args.repeats,
+        "cpu_count": os.cpu_count(),
+        "load_avg_1min": os.getloadavg()[0],
+        "revision": _revision(HERE.parent),
+        "baseline": None if args.baseline is None else {"src": str(args.baseline), "label": args.baseline_label},
+    }
     (RESULTS / "gadmala_defaults.json").write_text(
-        json.dumps({"meta": meta, "rows": summary, "ratios": ratios, "runs": rows}, indent=1))
+        json.dumps({"meta": meta, "rows": summary, "ratios": ratios, "runs": rows}, indent=1)
+    )
     plot_defaults(summary, RESULTS / "gadmala_defaults.png")
 
 
@@ -475,8 +591,11 @@ def unscaled_design(seed, N=1000, noise_sd=0.5):
     intercept), ``s_j = noise_sd / (sqrt(N) sd_j)`` for a posterior sd near ``sd_j``; weights
     of a few sds, intercept 1.5, noise sd ``noise_sd``."""
     rng = np.random.default_rng(seed)
-    X = noise_sd / (np.sqrt(N) * LINREG_SDS) * (rng.standard_normal((N, LINREG_SDS.size))
-                                                + rng.uniform(-2, 2, LINREG_SDS.size))
+    X = (
+        noise_sd
+        / (np.sqrt(N) * LINREG_SDS)
+        * (rng.standard_normal((N, LINREG_SDS.size)) + rng.uniform(-2, 2, LINREG_SDS.size))
+    )
     y = X @ (3 * LINREG_SDS * rng.standard_normal(LINREG_SDS.size)) + 1.5 + noise_sd * rng.standard_normal(N)
     return X, y
 
@@ -488,8 +607,7 @@ def part_linreg(args):
     fits = {
         "gadMALA defaults": dict(sampler="gadmala"),
         "gadMALA paper start, defaults": dict(sampler=GadMALA(init_scale=None)),
-        "gadMALA paper start, 20k adaptation": dict(sampler=GadMALA(init_scale=None), n_iter=25_000,
-                                                    burn_in=20_000),
+        "gadMALA paper start, 20k adaptation": dict(sampler=GadMALA(init_scale=None), n_iter=25_000, burn_in=20_000),
     }
     rows = []
     for rep in range(args.repeats):
@@ -497,8 +615,14 @@ def part_linreg(args):
         X, y = unscaled_design(seed)
         ref = sampled_noise_posterior(sufficient_statistics(X, y), LINREG_ALPHA, 1e-6, 1e-6)
         for method, kw in fits.items():
-            reg = SGBayesLinearRegression(batch_size=None, alpha=LINREG_ALPHA, alpha_intercept=LINREG_ALPHA,
-                                          normalize_y=False, random_state=seed, **kw)
+            reg = SGBayesLinearRegression(
+                batch_size=None,
+                alpha=LINREG_ALPHA,
+                alpha_intercept=LINREG_ALPHA,
+                normalize_y=False,
+                random_state=seed,
+                **kw,
+            )
             t0 = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -508,21 +632,34 @@ def part_linreg(args):
             z = (flat.mean(axis=0) - ref["mean"]) / ref["sd"]
             ratio = flat.std(axis=0, ddof=1) / ref["sd"]
             rhat = reg.diagnostics_["rhat"]
-            row = {"problem": "linreg_unscaled", "method": method, "seed": seed, "time_s": round(seconds, 3),
-                   "ref_sd_min": float(ref["sd"][:-2].min()), "ref_sd_max": float(ref["sd"][:-2].max()),
-                   "max_abs_mean_err_sd": round(float(np.abs(z).max()), 4),
-                   "mean_err_sd_log_tau": round(float(z[-1]), 4),
-                   "sd_ratio_min": round(float(ratio.min()), 4), "sd_ratio_max": round(float(ratio.max()), 4),
-                   "rhat_max": round(float(rhat.max()), 4), "rhat_log_tau": round(float(rhat[-1]), 4),
-                   "ess_bulk_min": round(float(reg.diagnostics_["ess"].min()), 1),
-                   "accept": round(float(reg.diagnostics_["acceptance_rate"]), 3),
-                   "pass": bool(np.abs(z).max() < 0.1 and np.abs(ratio - 1).max() < 0.1 and rhat.max() < 1.01),
-                   "warnings": sorted({type(w.message).__name__ for w in caught}),
-                   "load_avg_1min": os.getloadavg()[0]}
+            row = {
+                "problem": "linreg_unscaled",
+                "method": method,
+                "seed": seed,
+                "time_s": round(seconds, 3),
+                "ref_sd_min": float(ref["sd"][:-2].min()),
+                "ref_sd_max": float(ref["sd"][:-2].max()),
+                "max_abs_mean_err_sd": round(float(np.abs(z).max()), 4),
+                "mean_err_sd_log_tau": round(float(z[-1]), 4),
+                "sd_ratio_min": round(float(ratio.min()), 4),
+                "sd_ratio_max": round(float(ratio.max()), 4),
+                "rhat_max": round(float(rhat.max()), 4),
+                "rhat_log_tau": round(float(rhat[-1]), 4),
+                "ess_bulk_min": round(float(reg.diagnostics_["ess"].min()), 1),
+                "accept": round(float(reg.diagnostics_["acceptance_rate"]), 3),
+                "pass": bool(np.abs(z).max() < 0.1 and np.abs(ratio - 1).max() < 0.1 and rhat.max() < 1.01),
+                "warnings": sorted({type(w.message).__name__ for w in caught}),
+                "load_avg_1min": os.getloadavg()[0],
+            }
             print(json.dumps(row), flush=True)
             rows.append(row)
-    meta = {"argv": sys.argv[1:], "repeats": args.repeats, "alpha": LINREG_ALPHA, "N": 1000,
-            "design_sds": LINREG_SDS.tolist()}
+    meta = {
+        "argv": sys.argv[1:],
+        "repeats": args.repeats,
+        "alpha": LINREG_ALPHA,
+        "N": 1000,
+        "design_sds": LINREG_SDS.tolist(),
+    }
     (RESULTS / "gadmala_linreg.json").write_text(json.dumps({"meta": meta, "runs": rows}, indent=1))
 
 
@@ -538,23 +675,33 @@ def part_budget(args):
             for n_adapt in (50, 100, 250, 1000, 4000):
                 for rep in range(args.repeats):
                     seed = args.seed + rep
-                    clf = SGBayesLogisticRegression(sampler=make(), batch_size=None, n_iter=n_adapt + n_keep,
-                                                    burn_in=n_adapt, max_draws=None, alpha_intercept=1.0,
-                                                    random_state=seed)
+                    clf = SGBayesLogisticRegression(
+                        sampler=make(),
+                        batch_size=None,
+                        n_iter=n_adapt + n_keep,
+                        burn_in=n_adapt,
+                        max_draws=None,
+                        alpha_intercept=1.0,
+                        random_state=seed,
+                    )
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         clf.fit(X, y)
                     ess = pooled_ess(clf.samples_)
-                    row = {"problem": f"german ({'standardised' if standardise else 'raw'})", "start": start,
-                           "n_adapt": n_adapt, "n_keep": n_keep, "seed": seed,
-                           "accept": round(float(clf.diagnostics_["acceptance_rate"]), 3),
-                           "ess_min": round(float(ess.min()), 1),
-                           "ess_min_per_kept_draw": round(float(ess.min()) / (4 * n_keep), 4),
-                           "rhat_max": round(float(clf.diagnostics_["rhat"].max()), 4)}
+                    row = {
+                        "problem": f"german ({'standardised' if standardise else 'raw'})",
+                        "start": start,
+                        "n_adapt": n_adapt,
+                        "n_keep": n_keep,
+                        "seed": seed,
+                        "accept": round(float(clf.diagnostics_["acceptance_rate"]), 3),
+                        "ess_min": round(float(ess.min()), 1),
+                        "ess_min_per_kept_draw": round(float(ess.min()) / (4 * n_keep), 4),
+                        "rhat_max": round(float(clf.diagnostics_["rhat"].max()), 4),
+                    }
                     print(json.dumps(row), flush=True)
                     rows.append(row)
-    (RESULTS / "gadmala_budget.json").write_text(json.dumps({"meta": {"argv": sys.argv[1:]}, "runs": rows},
-                                                            indent=1))
+    (RESULTS / "gadmala_budget.json").write_text(json.dumps({"meta": {"argv": sys.argv[1:]}, "runs": rows}, indent=1))
 
 
 def part_paper(args):
@@ -575,8 +722,14 @@ def part_paper(args):
                 rows += run_blackjax([name])
     summary = mean_rows(rows)
     suffix = "_quick" if args.quick else ""
-    meta = {"argv": sys.argv[1:], "n_adapt": n_adapt, "n_keep": n_keep, "repeats": args.repeats,
-            "cpu_count": os.cpu_count(), "load_avg_1min": os.getloadavg()[0]}
+    meta = {
+        "argv": sys.argv[1:],
+        "n_adapt": n_adapt,
+        "n_keep": n_keep,
+        "repeats": args.repeats,
+        "cpu_count": os.cpu_count(),
+        "load_avg_1min": os.getloadavg()[0],
+    }
     (RESULTS / f"gadmala{suffix}.json").write_text(json.dumps({"meta": meta, "rows": summary}, indent=1))
     plot(summary, s, scales, RESULTS / f"gadmala{suffix}.png")
 
@@ -584,8 +737,9 @@ def part_paper(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("paper", "defaults", "linreg", "budget", "baseline-fit"), default="paper")
-    parser.add_argument("--quick", action="store_true",
-                        help="paper part: 5,000 + 5,000 iterations, ripley and german, no blackjax")
+    parser.add_argument(
+        "--quick", action="store_true", help="paper part: 5,000 + 5,000 iterations, ripley and german, no blackjax"
+    )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-blackjax", action="store_true")
@@ -596,8 +750,13 @@ def main():
     parser.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
-    {"paper": part_paper, "defaults": part_defaults, "linreg": part_linreg, "budget": part_budget,
-     "baseline-fit": part_baseline_fit}[args.part](args)
+    {
+        "paper": part_paper,
+        "defaults": part_defaults,
+        "linreg": part_linreg,
+        "budget": part_budget,
+        "baseline-fit": part_baseline_fit,
+    }[args.part](args)
 
 
 if __name__ == "__main__":

@@ -75,18 +75,23 @@ def summarize(rows, A):
     sampler's own loss at the smallest h), and the issue's goals for mCCAdL."""
     finite, accurate = {}, {}
     for name in SAMPLERS:
-        mine = sorted((r["h"], r["expected_log_loss"]) for r in rows
-                      if r["A"] == A and r["sampler"] == name and not r["failed"])
+        mine = sorted(
+            (r["h"], r["expected_log_loss"]) for r in rows if r["A"] == A and r["sampler"] == name and not r["failed"]
+        )
         finite[name] = mine[-1][0] if mine else None
         ok = [h for h, loss in mine if mine and loss <= 1.05 * mine[0][1]]
         accurate[name] = max(ok) if ok else None
     m_rows = {r["h"]: r["expected_log_loss"] for r in rows if r["A"] == A and r["sampler"] == "mCCAdL"}
-    return {"A": A, "largest_finite_h": finite, "largest_accurate_h": accurate,
-            "mccadl_loss_smallest_h": m_rows.get(min(STEPS)),
-            "mccadl_loss_largest_accurate_h": m_rows.get(accurate["mCCAdL"]),
-            "ratio_mccadl_accurate_h_over_ccadl_finite_h": (
-                None if not finite["CCAdL"] or not accurate["mCCAdL"]
-                else round(accurate["mCCAdL"] / finite["CCAdL"], 2))}
+    return {
+        "A": A,
+        "largest_finite_h": finite,
+        "largest_accurate_h": accurate,
+        "mccadl_loss_smallest_h": m_rows.get(min(STEPS)),
+        "mccadl_loss_largest_accurate_h": m_rows.get(accurate["mCCAdL"]),
+        "ratio_mccadl_accurate_h_over_ccadl_finite_h": (
+            None if not finite["CCAdL"] or not accurate["mCCAdL"] else round(accurate["mCCAdL"] / finite["CCAdL"], 2)
+        ),
+    }
 
 
 def main():
@@ -111,13 +116,20 @@ def main():
             for name, cls in SAMPLERS.items():
                 t0 = time.perf_counter()
                 with np.errstate(all="ignore"):
-                    draws = run(cls(step_size=h, friction=A), model, theta_map, h, n_iter, 5,
-                                np.random.SeedSequence(args.seed))
+                    draws = run(
+                        cls(step_size=h, friction=A), model, theta_map, h, n_iter, 5, np.random.SeedSequence(args.seed)
+                    )
                     loss = expected_log_loss(draws, Xt, yt) if draws is not None else float("nan")
                 failed = not np.isfinite(loss) or loss > FAIL_LOSS
-                row = {"A": A, "h": h, "sampler": name, "passes": passes,
-                       "expected_log_loss": None if failed else round(loss, 4), "failed": failed,
-                       "seconds": round(time.perf_counter() - t0, 1)}
+                row = {
+                    "A": A,
+                    "h": h,
+                    "sampler": name,
+                    "passes": passes,
+                    "expected_log_loss": None if failed else round(loss, 4),
+                    "failed": failed,
+                    "seconds": round(time.perf_counter() - t0, 1),
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     for A in frictions:
@@ -139,8 +151,11 @@ def _plot(rows, frictions, map_loss, path):
     fig, axes = plt.subplots(1, len(frictions), figsize=(6 * len(frictions), 4), squeeze=False)
     for ax, A in zip(axes[0], frictions):
         for name in SAMPLERS:
-            pts = [(r["h"], r["expected_log_loss"]) for r in rows
-                   if r["A"] == A and r["sampler"] == name and not r["failed"]]
+            pts = [
+                (r["h"], r["expected_log_loss"])
+                for r in rows
+                if r["A"] == A and r["sampler"] == name and not r["failed"]
+            ]
             if pts:
                 ax.plot(*zip(*pts), "o-", label=name)
         ax.axhline(map_loss, color="k", ls=":", label="MAP")

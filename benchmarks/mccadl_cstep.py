@@ -142,15 +142,27 @@ def default_setting(X, y, model, sigma_estimate="independent"):
     for name, make in (("SGHMC", SGHMC), ("MCCAdL", lambda: MCCAdL(sigma_estimate=sigma_estimate))):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a 20-iteration fit does not converge, by design
-            est = SGBayesLogisticRegression(sampler=make(), n_iter=20, n_chains=1, random_state=0,
-                                            batch_size=BATCH).fit(X, y)
+            est = SGBayesLogisticRegression(
+                sampler=make(), n_iter=20, n_chains=1, random_state=0, batch_size=BATCH
+            ).fit(X, y)
         geometry = est._geometry
         chain_model = geometry.chain_model(model)
         h = est.diagnostics_["step_size"]
         start = np.random.default_rng(1).standard_normal(model.n_params)  # a Laplace draw, as fits start
-        runner = ChainRunner(est._sampler, chain_model, start, 10**9, 0, 10**6, 10, BATCH, "replacement",
-                             np.random.SeedSequence(0), FitContext(step=(h, {})),
-                             geometry.control_variate(chain_model))
+        runner = ChainRunner(
+            est._sampler,
+            chain_model,
+            start,
+            10**9,
+            0,
+            10**6,
+            10,
+            BATCH,
+            "replacement",
+            np.random.SeedSequence(0),
+            FitContext(step=(h, {})),
+            geometry.control_variate(chain_model),
+        )
         chains[name] = (est._sampler, runner.state, runner.grad_estimator, runner.rng, h)
     return chains
 
@@ -158,8 +170,10 @@ def default_setting(X, y, model, sigma_estimate="independent"):
 def plain_setting(model, sigma_estimate="independent", h=1e-4):
     chains = {}
     theta0 = np.zeros(model.n_params)
-    for name, sampler in (("SGHMC", SGHMC(friction=1.0)),
-                          ("MCCAdL", MCCAdL(friction=1.0, sigma_estimate=sigma_estimate))):
+    for name, sampler in (
+        ("SGHMC", SGHMC(friction=1.0)),
+        ("MCCAdL", MCCAdL(friction=1.0, sigma_estimate=sigma_estimate)),
+    ):
         rng = np.random.default_rng(0)
         grad_estimator = MinibatchGradient(model, BATCH)
         state = sampler.init_state(theta0, grad_estimator, rng, FitContext(step=(h, {})))
@@ -209,31 +223,50 @@ def measure(setting, chains, rounds, steps, profile):
                 # Python functions in scipy / sklearn, and their compiled functions (builtins,
                 # reported with filename "~": expit, the sparse kernels of EllRows).
                 if any(lib in filename or lib in func for lib in ("scipy", "sklearn")):
-                    foreign.append({"function": f"{Path(filename).name}:{line}:{func}",
-                                    "calls_per_iter": round(nc / n_prof, 3),
-                                    "us_per_iter": round(1e6 * ct / n_prof, 2)})
-            row = {"setting": setting, "profile": "scipy/sklearn functions called during mCCAdL iterations",
-                   "iterations": n_prof, "functions": sorted(foreign, key=lambda r: -r["calls_per_iter"])}
+                    foreign.append(
+                        {
+                            "function": f"{Path(filename).name}:{line}:{func}",
+                            "calls_per_iter": round(nc / n_prof, 3),
+                            "us_per_iter": round(1e6 * ct / n_prof, 2),
+                        }
+                    )
+            row = {
+                "setting": setting,
+                "profile": "scipy/sklearn functions called during mCCAdL iterations",
+                "iterations": n_prof,
+                "functions": sorted(foreign, key=lambda r: -r["calls_per_iter"]),
+            }
             print(json.dumps(row), flush=True)
             out = pstats.Stats(prof)
             out.sort_stats("tottime").print_stats(15)
     us = {k: round(1e6 * v, 2) for k, v in best.items()}
     n_calls = max(timers.calls, 1)
     c_state = t_chain["state"]
-    row = {"setting": setting, "sigma_estimate": timed_sampler.sigma_estimate,
-           "sigma_source": timed_sampler.sigma_source(grad_estimator), "batch": BATCH, "h": h,
-           "blas_threads": 1, "rounds": rounds, "steps_per_round": steps,
-           "us_sghmc_step": us["sghmc"], "us_mccadl_step": us["mccadl"], "us_cstep": us["cstep"],
-           "us_cstep_estimate": us["cstep_estimate"], "us_cstep_apply": us["cstep_apply"],
-           "cstep_over_sghmc": round(best["cstep"] / best["sghmc"], 2),
-           "cstep_apply_over_sghmc": round(best["cstep_apply"] / best["sghmc"], 2),
-           "mccadl_over_sghmc": round(best["mccadl"] / best["sghmc"], 2),
-           "c_step_calls": timers.calls, "lanczos_fraction": round(timers.lanczos / n_calls, 3),
-           "products_per_call": round(sum(k * v for k, v in timers.products.items()) / n_calls, 2),
-           "products_histogram": {str(k): v for k, v in sorted(timers.products.items())},
-           "taylor_degree_m_s_histogram": dict(timers.degrees.most_common()),
-           "sigma_minibatches_per_iter": round(c_state.sigma_minibatches / max(c_state.n_steps, 1), 3),
-           "sigma_compact": bool(getattr(c_state.sigma_cov, "is_compact", False))}
+    row = {
+        "setting": setting,
+        "sigma_estimate": timed_sampler.sigma_estimate,
+        "sigma_source": timed_sampler.sigma_source(grad_estimator),
+        "batch": BATCH,
+        "h": h,
+        "blas_threads": 1,
+        "rounds": rounds,
+        "steps_per_round": steps,
+        "us_sghmc_step": us["sghmc"],
+        "us_mccadl_step": us["mccadl"],
+        "us_cstep": us["cstep"],
+        "us_cstep_estimate": us["cstep_estimate"],
+        "us_cstep_apply": us["cstep_apply"],
+        "cstep_over_sghmc": round(best["cstep"] / best["sghmc"], 2),
+        "cstep_apply_over_sghmc": round(best["cstep_apply"] / best["sghmc"], 2),
+        "mccadl_over_sghmc": round(best["mccadl"] / best["sghmc"], 2),
+        "c_step_calls": timers.calls,
+        "lanczos_fraction": round(timers.lanczos / n_calls, 3),
+        "products_per_call": round(sum(k * v for k, v in timers.products.items()) / n_calls, 2),
+        "products_histogram": {str(k): v for k, v in sorted(timers.products.items())},
+        "taylor_degree_m_s_histogram": dict(timers.degrees.most_common()),
+        "sigma_minibatches_per_iter": round(c_state.sigma_minibatches / max(c_state.n_steps, 1), 3),
+        "sigma_compact": bool(getattr(c_state.sigma_cov, "is_compact", False)),
+    }
     print(json.dumps(row), flush=True)
     return row
 
@@ -242,9 +275,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", action="store_true", help="list scipy/sklearn calls per mCCAdL iteration")
-    parser.add_argument("--sigma-estimate", nargs="+", default=["independent", "same"],
-                        choices=["auto", "independent", "same", "lagged"],
-                        help="MCCAdL(sigma_estimate=...) values to measure, one row per setting each")
+    parser.add_argument(
+        "--sigma-estimate",
+        nargs="+",
+        default=["independent", "same"],
+        choices=["auto", "independent", "same", "lagged"],
+        help="MCCAdL(sigma_estimate=...) values to measure, one row per setting each",
+    )
     args = parser.parse_args()
     rounds, steps = (3, 200) if args.quick else (9, 600)
     data = np.load(SHARED / "data" / "a9a.npz")

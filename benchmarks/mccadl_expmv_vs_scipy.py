@@ -96,14 +96,26 @@ def main():
             count[0] = 0
             t_scipy, f_scipy = best_time(run_scipy, repeat)
             products_scipy = count[0] // repeat
-            row = {"problem": name, "P": P, "h": h, "norm_h2_Sigma_over_2": round(float(np.linalg.norm(scale * Sigma, 2)), 4),
-                   "scipy": {"products": products_scipy, "ms": round(1e3 * t_scipy, 3),
-                             "rel_err": float(np.linalg.norm(f_scipy - exact) / np.linalg.norm(exact))}}
+            row = {
+                "problem": name,
+                "P": P,
+                "h": h,
+                "norm_h2_Sigma_over_2": round(float(np.linalg.norm(scale * Sigma, 2)), 4),
+                "scipy": {
+                    "products": products_scipy,
+                    "ms": round(1e3 * t_scipy, 3),
+                    "rel_err": float(np.linalg.norm(f_scipy - exact) / np.linalg.norm(exact)),
+                },
+            }
             for label, tol in (("ours_double", 2.0**-53), ("ours_default", DEFAULT_TOL)):
                 t_ours, (f_ours, k) = best_time(
-                    lambda tol=tol: c_step(p, grads, noise_scale, 1.0, scale, tol=tol, eigvec=np.zeros(P)), repeat)
-                row[label] = {"products": k, "ms": round(1e3 * t_ours, 3),
-                              "rel_err": float(np.linalg.norm(f_ours - exact) / np.linalg.norm(exact))}
+                    lambda tol=tol: c_step(p, grads, noise_scale, 1.0, scale, tol=tol, eigvec=np.zeros(P)), repeat
+                )
+                row[label] = {
+                    "products": k,
+                    "ms": round(1e3 * t_ours, 3),
+                    "rel_err": float(np.linalg.norm(f_ours - exact) / np.linalg.norm(exact)),
+                }
             row["speedup_double_vs_scipy"] = round(t_scipy / row["ours_double"]["ms"] * 1e3, 2)
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -81,14 +81,17 @@ SOURCES = ("independent", "same")
 SETTINGS = {
     "default": ({}, {}),
     "plain": ({"gradient": "minibatch", "batch_size": 200, "n_iter": 5000}, {}),
-    "plain_papers": ({"gradient": "minibatch", "batch_size": 200, "n_iter": 5000},
-                     {"preconditioner": "none", "step_size": 0.0051235213085822975}),
+    "plain_papers": (
+        {"gradient": "minibatch", "batch_size": 200, "n_iter": 5000},
+        {"preconditioner": "none", "step_size": 0.0051235213085822975},
+    ),
 }
 
 
 def _commit():
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=HERE.parent, capture_output=True, text=True
+    ).stdout.strip()
 
 
 #: Linear-regression problems of ``posterior_accuracy.py``'s ``gaussian`` part (``--linreg``):
@@ -103,8 +106,12 @@ def linreg_problem(problem):
     X, y = gaussian_data(N, D)
     post = sampled_noise_posterior(sufficient_statistics(X, y), ALPHA, NOISE_A, NOISE_B)
     P = post["mean"].size
-    ref = {"mean": np.asarray(post["mean"]), "sd": np.asarray(post["sd"]), "mcse_mean": np.zeros(P),
-           "ess_bulk": np.full(P, np.inf)}
+    ref = {
+        "mean": np.asarray(post["mean"]),
+        "sd": np.asarray(post["sd"]),
+        "mcse_mean": np.zeros(P),
+        "ess_bulk": np.full(P, np.inf),
+    }
     return X, y, ref
 
 
@@ -121,22 +128,30 @@ def prior_kwargs(problem):
 def error_metrics(mean, sd, mcse, ess, ref):
     """Errors against the reference, in sd and in MCSE units."""
     z = (mean - ref["mean"]) / ref["sd"]
-    mcse_tot = np.sqrt(mcse ** 2 + ref["mcse_mean"] ** 2)
+    mcse_tot = np.sqrt(mcse**2 + ref["mcse_mean"] ** 2)
     zm = np.abs(mean - ref["mean"]) / mcse_tot
     ratio = sd / ref["sd"]
     ratio_mcse = np.sqrt(1.0 / (2.0 * ess) + 1.0 / (2.0 * ref["ess_bulk"]))
     rm = np.abs(ratio - 1.0) / ratio_mcse
-    return {"max_z": _r(np.abs(z).max()), "z_rms": _r(np.sqrt(np.mean(z ** 2))),
-            "z_over_mcse_max": _r(zm.max(), 3), "z_over_mcse_rms": _r(np.sqrt(np.mean(zm ** 2)), 3),
-            "sd_ratio_min": _r(ratio.min()), "sd_ratio_max": _r(ratio.max()), "sd_ratio_mean": _r(ratio.mean()),
-            "sd_over_mcse_max": _r(rm.max(), 3), "sd_over_mcse_rms": _r(np.sqrt(np.mean(rm ** 2)), 3)}
+    return {
+        "max_z": _r(np.abs(z).max()),
+        "z_rms": _r(np.sqrt(np.mean(z**2))),
+        "z_over_mcse_max": _r(zm.max(), 3),
+        "z_over_mcse_rms": _r(np.sqrt(np.mean(zm**2)), 3),
+        "sd_ratio_min": _r(ratio.min()),
+        "sd_ratio_max": _r(ratio.max()),
+        "sd_ratio_mean": _r(ratio.mean()),
+        "sd_over_mcse_max": _r(rm.max(), 3),
+        "sd_over_mcse_rms": _r(np.sqrt(np.mean(rm**2)), 3),
+    }
 
 
 def fit_row(problem, source, seed, setting, X, y, ref, n_jobs):
     kw, skw = SETTINGS[setting]
     cls = SGBayesLinearRegression if problem in LINREG else SGBayesLogisticRegression
-    est = cls(sampler=MCCAdL(sigma_estimate=source, **skw), random_state=seed, n_jobs=n_jobs,
-              **prior_kwargs(problem), **kw)
+    est = cls(
+        sampler=MCCAdL(sigma_estimate=source, **skw), random_state=seed, n_jobs=n_jobs, **prior_kwargs(problem), **kw
+    )
     row = {"kind": "fit", "problem": problem, "setting": setting, "sigma_estimate": source, "seed": seed}
     row.update(run_fit(est, X, y, ref["mean"], ref["sd"], ref["mcse_mean"], ref["ess_bulk"]))
     if "error" in row:
@@ -146,10 +161,16 @@ def fit_row(problem, source, seed, setting, X, y, ref, n_jobs):
     mcse = np.asarray(est.diagnostics_["mcse_mean"], dtype=float)
     ess = np.asarray(est.diagnostics_["ess"], dtype=float)
     row.update({k: v for k, v in error_metrics(mean, sd, mcse, ess, ref).items() if k not in row})
-    row.update({"n_iter_": int(est.n_iter_),
-                "c_step_products_per_iter": _r(np.mean(est.diagnostics_.get("c_step_products_per_iter", np.nan))),
-                "mean": [_r(v, 6) for v in mean], "sd": [_r(v, 6) for v in sd],
-                "mcse": [_r(v, 4) for v in mcse], "ess": [_r(v, 4) for v in ess]})
+    row.update(
+        {
+            "n_iter_": int(est.n_iter_),
+            "c_step_products_per_iter": _r(np.mean(est.diagnostics_.get("c_step_products_per_iter", np.nan))),
+            "mean": [_r(v, 6) for v in mean],
+            "sd": [_r(v, 6) for v in sd],
+            "mcse": [_r(v, 4) for v in mcse],
+            "ess": [_r(v, 4) for v in ess],
+        }
+    )
     return row
 
 
@@ -171,58 +192,90 @@ def summaries(fits, refs):
         ref = refs[problem]
         by = {}
         for source in SOURCES:
-            rs = [r for r in fits if (r["problem"], r["setting"], r["sigma_estimate"]) == (problem, setting, source)
-                  and "mean" in r]
+            rs = [
+                r
+                for r in fits
+                if (r["problem"], r["setting"], r["sigma_estimate"]) == (problem, setting, source) and "mean" in r
+            ]
             if rs:
                 by[source] = pooled(rs)
-                out.append({"kind": "pooled", "problem": problem, "setting": setting, "sigma_estimate": source,
-                            "seeds": [r["seed"] for r in rs], "rhat_max": max(r["rhat_max"] for r in rs),
-                            **error_metrics(*by[source], ref)})
+                out.append(
+                    {
+                        "kind": "pooled",
+                        "problem": problem,
+                        "setting": setting,
+                        "sigma_estimate": source,
+                        "seeds": [r["seed"] for r in rs],
+                        "rhat_max": max(r["rhat_max"] for r in rs),
+                        **error_metrics(*by[source], ref),
+                    }
+                )
         if len(by) == 2:
             (mi, si, ci, ei), (ms, ss, cs, es) = by["independent"], by["same"]
-            dz = (ms - mi) / np.sqrt(ci ** 2 + cs ** 2)
+            dz = (ms - mi) / np.sqrt(ci**2 + cs**2)
             dr = (ss - si) / ref["sd"] / np.sqrt(1.0 / (2.0 * ei) + 1.0 / (2.0 * es))
-            out.append({"kind": "compare", "problem": problem, "setting": setting, "a": "same", "b": "independent",
-                        "dmean_over_mcse_max": _r(np.abs(dz).max(), 3),
-                        "dmean_over_mcse_rms": _r(np.sqrt(np.mean(dz ** 2)), 3),
-                        "dmean_sd_max": _r(np.max(np.abs(ms - mi) / ref["sd"])),
-                        "dsd_ratio_max": _r(np.max(np.abs(ss - si) / ref["sd"])),
-                        "dsd_over_mcse_max": _r(np.abs(dr).max(), 3),
-                        "dsd_over_mcse_rms": _r(np.sqrt(np.mean(dr ** 2)), 3),
-                        "n_params": int(mi.size)})
+            out.append(
+                {
+                    "kind": "compare",
+                    "problem": problem,
+                    "setting": setting,
+                    "a": "same",
+                    "b": "independent",
+                    "dmean_over_mcse_max": _r(np.abs(dz).max(), 3),
+                    "dmean_over_mcse_rms": _r(np.sqrt(np.mean(dz**2)), 3),
+                    "dmean_sd_max": _r(np.max(np.abs(ms - mi) / ref["sd"])),
+                    "dsd_ratio_max": _r(np.max(np.abs(ss - si) / ref["sd"])),
+                    "dsd_over_mcse_max": _r(np.abs(dr).max(), 3),
+                    "dsd_over_mcse_rms": _r(np.sqrt(np.mean(dr**2)), 3),
+                    "n_params": int(mi.size),
+                }
+            )
     return out
 
 
 def report(rows):
     fits = [r for r in rows if r.get("kind") == "fit"]
-    print("| problem | setting | source | seed | h | n_iter | max |z| (sd) | max z/MCSE | rms z/MCSE | "
-          "sd ratio range | R-hat max | s |")
+    print(
+        "| problem | setting | source | seed | h | n_iter | max |z| (sd) | max z/MCSE | rms z/MCSE | "
+        "sd ratio range | R-hat max | s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in fits:
         if "error" in r:
-            print(f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {r['seed']} | "
-                  f"error: {r['error'][:60]} |")
+            print(
+                f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {r['seed']} | error: {r['error'][:60]} |"
+            )
             continue
-        print(f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {r['seed']} | {r.get('step_size')} | "
-              f"{r['n_iter_']} | {r['max_z']:.3f} | {r['z_over_mcse_max']:.2f} | {r['z_over_mcse_rms']:.2f} | "
-              f"{r['sd_ratio_min']:.3f}-{r['sd_ratio_max']:.3f} | {r['rhat_max']:.4f} | {r['seconds']:.1f} |")
-    print("\n| problem | setting | source | seeds | max |z| (sd) | rms z (sd) | max z/MCSE | rms z/MCSE | "
-          "sd ratio range | max sd/MCSE | R-hat max |")
+        print(
+            f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {r['seed']} | {r.get('step_size')} | "
+            f"{r['n_iter_']} | {r['max_z']:.3f} | {r['z_over_mcse_max']:.2f} | {r['z_over_mcse_rms']:.2f} | "
+            f"{r['sd_ratio_min']:.3f}-{r['sd_ratio_max']:.3f} | {r['rhat_max']:.4f} | {r['seconds']:.1f} |"
+        )
+    print(
+        "\n| problem | setting | source | seeds | max |z| (sd) | rms z (sd) | max z/MCSE | rms z/MCSE | "
+        "sd ratio range | max sd/MCSE | R-hat max |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r.get("kind") == "pooled":
-            print(f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {len(r['seeds'])} | "
-                  f"{r['max_z']:.3f} | {r['z_rms']:.3f} | {r['z_over_mcse_max']:.2f} | {r['z_over_mcse_rms']:.2f} | "
-                  f"{r['sd_ratio_min']:.3f}-{r['sd_ratio_max']:.3f} | {r['sd_over_mcse_max']:.2f} | "
-                  f"{r['rhat_max']:.4f} |")
-    print("\n| problem | setting | same - independent: max |dmean|/MCSE | rms | max |dmean| (sd) | max |dsd| (sd) | "
-          "max |dsd|/MCSE | rms |")
+            print(
+                f"| {r['problem']} | {r['setting']} | {r['sigma_estimate']} | {len(r['seeds'])} | "
+                f"{r['max_z']:.3f} | {r['z_rms']:.3f} | {r['z_over_mcse_max']:.2f} | {r['z_over_mcse_rms']:.2f} | "
+                f"{r['sd_ratio_min']:.3f}-{r['sd_ratio_max']:.3f} | {r['sd_over_mcse_max']:.2f} | "
+                f"{r['rhat_max']:.4f} |"
+            )
+    print(
+        "\n| problem | setting | same - independent: max |dmean|/MCSE | rms | max |dmean| (sd) | max |dsd| (sd) | "
+        "max |dsd|/MCSE | rms |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r.get("kind") == "compare":
-            print(f"| {r['problem']} | {r['setting']} | {r['dmean_over_mcse_max']:.2f} | "
-                  f"{r['dmean_over_mcse_rms']:.2f} | {r['dmean_sd_max']:.3f} | {r['dsd_ratio_max']:.3f} | "
-                  f"{r['dsd_over_mcse_max']:.2f} | {r['dsd_over_mcse_rms']:.2f} |")
+            print(
+                f"| {r['problem']} | {r['setting']} | {r['dmean_over_mcse_max']:.2f} | "
+                f"{r['dmean_over_mcse_rms']:.2f} | {r['dmean_sd_max']:.3f} | {r['dsd_ratio_max']:.3f} | "
+                f"{r['dsd_over_mcse_max']:.2f} | {r['dsd_over_mcse_rms']:.2f} |"
+            )
 
 
 def main():
@@ -232,16 +285,20 @@ def main():
     parser.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES)
     parser.add_argument("--plain", action="store_true", help="also gradient='minibatch' on synth_1e4")
     parser.add_argument("--plain-only", action="store_true", help="only the plain-gradient rows")
-    parser.add_argument("--linreg", action="store_true",
-                        help="only SGBayesLinearRegression's defaults on the exact linear-regression posteriors")
+    parser.add_argument(
+        "--linreg",
+        action="store_true",
+        help="only SGBayesLinearRegression's defaults on the exact linear-regression posteriors",
+    )
     parser.add_argument("--n-jobs", type=int, default=2)
     parser.add_argument("--report", action="store_true", help="print the tables of the saved rows")
     args = parser.parse_args()
     if args.report:
         rows = [json.loads(line) for line in open(OUT)]
         fits = [r for r in rows if r.get("kind") == "fit"]
-        refs = {p: linreg_problem(p)[2] if p in LINREG else load_reference(p)
-                for p in sorted({r["problem"] for r in fits})}
+        refs = {
+            p: linreg_problem(p)[2] if p in LINREG else load_reference(p) for p in sorted({r["problem"] for r in fits})
+        }
         report(fits + summaries(fits, refs))
         return
     runs = [] if args.plain_only or args.linreg else [(p, "default") for p in args.problems]
@@ -265,8 +322,10 @@ def main():
                     warnings.simplefilter("ignore")
                     row = fit_row(problem, source, seed, setting, X, y, ref, args.n_jobs)
                 row["commit"] = commit
-                print(json.dumps({k: v for k, v in row.items() if k not in ("mean", "sd", "mcse", "ess", "failing")}),
-                      flush=True)
+                print(
+                    json.dumps({k: v for k, v in row.items() if k not in ("mean", "sd", "mcse", "ess", "failing")}),
+                    flush=True,
+                )
                 with open(OUT, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
 

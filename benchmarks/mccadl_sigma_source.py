@@ -53,15 +53,28 @@ from _reference import load_reference, make_problem  # noqa: E402
 
 from skbayes_sg import DivergenceError, SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg._chains import run_chain  # noqa: E402
-from skbayes_sg.samplers import FitContext  # noqa: E402
 from skbayes_sg._estimator import _map_estimate  # noqa: E402
 from skbayes_sg._geometry import Geometry  # noqa: E402
 from skbayes_sg.models import LogisticModel  # noqa: E402
-from skbayes_sg.samplers import SGHMC, CCAdL, MCCAdL  # noqa: E402
+from skbayes_sg.samplers import (  # noqa: E402
+    SGHMC,
+    CCAdL,
+    FitContext,  # noqa: E402
+    MCCAdL,
+)
 from skbayes_sg.samplers._step_size import largest_curvature  # noqa: E402
 
-OPTIONS = ("same", "lagged", "independent", "independent_every", "split", "sigma_half", "sigma_quarter",
-           "sigma_eighth", "ccadl")
+OPTIONS = (
+    "same",
+    "lagged",
+    "independent",
+    "independent_every",
+    "split",
+    "sigma_half",
+    "sigma_quarter",
+    "sigma_eighth",
+    "ccadl",
+)
 #: Share of the force's rows in the Sigma minibatch of the ``sigma_*`` options.
 SIGMA_FRACTIONS = {"sigma_half": 0.5, "sigma_quarter": 0.25, "sigma_eighth": 0.125}
 
@@ -160,8 +173,20 @@ def time_per_iteration(est, X, y, n_iter=3000, repeats=3):
     best = np.inf
     for _ in range(repeats):
         t0 = time.perf_counter()
-        run_chain(est._sampler, chain_model, start, n_iter, 0, 1, 10, batch, "replacement",
-                  np.random.SeedSequence(0), FitContext(step=(est.diagnostics_["step_size"], {})), control_variate=cv)
+        run_chain(
+            est._sampler,
+            chain_model,
+            start,
+            n_iter,
+            0,
+            1,
+            10,
+            batch,
+            "replacement",
+            np.random.SeedSequence(0),
+            FitContext(step=(est.diagnostics_["step_size"], {})),
+            control_variate=cv,
+        )
         best = min(best, (time.perf_counter() - t0) / n_iter)
     return best
 
@@ -180,8 +205,10 @@ def main():
     for name in names:
         X, y, _, _ = make_problem(name)
         ref = load_reference(name)
-        laplace = {"laplace_max_mean_error_sd": ref["laplace_mean_dev_max"],
-                   "laplace_max_sd_error": ref["laplace_sd_dev_max"]}
+        laplace = {
+            "laplace_max_mean_error_sd": ref["laplace_mean_dev_max"],
+            "laplace_max_sd_error": ref["laplace_sd_dev_max"],
+        }
         geometries = [g for g in args.geometries if name.startswith("synth") or g == "default"]
         plain_step = curvature_step(X, y) if "plain" in geometries else None
         for geometry in geometries:
@@ -191,17 +218,32 @@ def main():
                 try:
                     est, seconds = fit(X, y, option, geometry, args.n_iter, plain_step)
                 except DivergenceError as err:
-                    row = {"problem": name, "geometry": geometry, "option": option, "n_iter": args.n_iter,
-                           "diverged": True, "step_size": err.step_size, "iteration": err.iteration}
+                    row = {
+                        "problem": name,
+                        "geometry": geometry,
+                        "option": option,
+                        "n_iter": args.n_iter,
+                        "diverged": True,
+                        "step_size": err.step_size,
+                        "iteration": err.iteration,
+                    }
                     print(json.dumps(row), flush=True)
                     out.write(json.dumps(row) + "\n")
                     continue
                 cost = time_per_iteration(est, X, y)
-                row = {"problem": name, "geometry": geometry, "option": option, "n_iter": args.n_iter,
-                       "step_size": est.diagnostics_["step_size"], "batch_size": est.diagnostics_["batch_size"],
-                       "fit_seconds": seconds,
-                       "seconds_per_iter": cost, "cost_vs_sghmc": cost / sghmc_cost,
-                       **accuracy(est, ref), **laplace}
+                row = {
+                    "problem": name,
+                    "geometry": geometry,
+                    "option": option,
+                    "n_iter": args.n_iter,
+                    "step_size": est.diagnostics_["step_size"],
+                    "batch_size": est.diagnostics_["batch_size"],
+                    "fit_seconds": seconds,
+                    "seconds_per_iter": cost,
+                    "cost_vs_sghmc": cost / sghmc_cost,
+                    **accuracy(est, ref),
+                    **laplace,
+                }
                 print(json.dumps(row), flush=True)
                 out.write(json.dumps(row) + "\n")
                 out.flush()

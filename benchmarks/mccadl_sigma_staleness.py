@@ -28,9 +28,8 @@ from threadpoolctl import threadpool_limits
 
 from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg._chains import ChainRunner
-from skbayes_sg.samplers import FitContext
 from skbayes_sg.models import LogisticModel
-from skbayes_sg.samplers import MCCAdL
+from skbayes_sg.samplers import FitContext, MCCAdL
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -55,10 +54,15 @@ def changes(runner, rows):
         return cache[t]
 
     origins = range(0, 1900, 100)
-    out = {f"lag_{k}": float(np.mean([np.linalg.norm(sigma(t + k) - sigma(t)) / np.linalg.norm(sigma(t))
-                                      for t in origins])) for k in LAGS}
-    out["apart_100"] = float(np.mean([np.linalg.norm(sigma(t + 100) - sigma(t)) / np.linalg.norm(sigma(t))
-                                      for t in origins[:-1]]))
+    out = {
+        f"lag_{k}": float(
+            np.mean([np.linalg.norm(sigma(t + k) - sigma(t)) / np.linalg.norm(sigma(t)) for t in origins])
+        )
+        for k in LAGS
+    }
+    out["apart_100"] = float(
+        np.mean([np.linalg.norm(sigma(t + 100) - sigma(t)) / np.linalg.norm(sigma(t)) for t in origins[:-1]])
+    )
     out["sigma_max"] = float(np.mean([np.linalg.eigvalsh(sigma(t))[-1] for t in origins]))
     return out
 
@@ -72,23 +76,46 @@ def main():
     with threadpool_limits(limits=1, user_api="blas"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a 20-iteration fit does not converge, by design
-            est = SGBayesLogisticRegression(sampler=MCCAdL(), n_iter=20, n_chains=1, random_state=0,
-                                            batch_size=500).fit(X, y)
+            est = SGBayesLogisticRegression(
+                sampler=MCCAdL(), n_iter=20, n_chains=1, random_state=0, batch_size=500
+            ).fit(X, y)
         geometry = est._geometry
         chain_model = geometry.chain_model(model)
         h = est.diagnostics_["step_size"]
         start = np.random.default_rng(1).standard_normal(model.n_params)
-        runner = ChainRunner(est._sampler, chain_model, start, 10**9, 0, 10**6, 10, 500, "replacement",
-                             np.random.SeedSequence(0), FitContext(step=(h, {})),
-                             geometry.control_variate(chain_model))
+        runner = ChainRunner(
+            est._sampler,
+            chain_model,
+            start,
+            10**9,
+            0,
+            10**6,
+            10,
+            500,
+            "replacement",
+            np.random.SeedSequence(0),
+            FitContext(step=(h, {})),
+            geometry.control_variate(chain_model),
+        )
         rows = runner.grad_estimator._rows_dist.draw(rows_rng, ROWS)
         out.append({"setting": "default", "h": h, "batch": 500, **changes(runner, rows)})
         print(json.dumps(out[-1]), flush=True)
         sampler = MCCAdL(preconditioner="none")
         theta0 = np.zeros(model.n_params)
         for h in (1e-4, sampler.resolve_step_size(model, theta0)[0]):
-            runner = ChainRunner(sampler, model, theta0, 10**9, 0, 10**6, 10, 500, "replacement",
-                                 np.random.SeedSequence(0), FitContext(step=(h, {})))
+            runner = ChainRunner(
+                sampler,
+                model,
+                theta0,
+                10**9,
+                0,
+                10**6,
+                10,
+                500,
+                "replacement",
+                np.random.SeedSequence(0),
+                FitContext(step=(h, {})),
+            )
             rows = rows_rng.integers(0, X.shape[0], ROWS)
             out.append({"setting": "plain", "h": h, "batch": 500, **changes(runner, rows)})
             print(json.dumps(out[-1]), flush=True)

@@ -46,10 +46,9 @@ from threadpoolctl import threadpool_limits
 
 from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg._chains import ChainRunner
-from skbayes_sg.samplers import FitContext
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LogisticModel
-from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, MCCAdL
+from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, FitContext, MCCAdL
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mccadl_sigma_source import SmallSigmaMCCAdL  # noqa: E402
@@ -74,9 +73,11 @@ def best_of_rounds(chains, rounds, steps, step):
 
 def c_step_stats(state):
     summary = state.summary()
-    return {"c_step_products_per_iter": round(summary["c_step_products_per_iter"], 2),
-            "c_step_lanczos_fraction": round(summary["c_step_lanczos_fraction"], 3),
-            "sigma_minibatches_per_iter": round(summary["sigma_minibatches_per_iter"], 3)}
+    return {
+        "c_step_products_per_iter": round(summary["c_step_products_per_iter"], 2),
+        "c_step_lanczos_fraction": round(summary["c_step_lanczos_fraction"], 3),
+        "sigma_minibatches_per_iter": round(summary["sigma_minibatches_per_iter"], 3),
+    }
 
 
 def plain_rows(model, rounds, steps):
@@ -106,9 +107,17 @@ def plain_rows(model, rounds, steps):
         with threadpool_limits(limits=1, user_api="blas"):
             best = best_of_rounds(chains, rounds, steps, step)
         for name, (_, state, _, _, h) in chains.items():
-            row = {"library": "skbayes_sg", "setting": "plain", "h_mode": h_mode, "sampler": name, "h": h,
-                   "batch": BATCH, "us_per_step": round(1e6 * best[name], 1),
-                   "steps_per_s": round(1.0 / best[name]), "ratio_to_sghmc": round(best[name] / best["SGHMC"], 2)}
+            row = {
+                "library": "skbayes_sg",
+                "setting": "plain",
+                "h_mode": h_mode,
+                "sampler": name,
+                "h": h,
+                "batch": BATCH,
+                "us_per_step": round(1e6 * best[name], 1),
+                "steps_per_s": round(1.0 / best[name]),
+                "ratio_to_sghmc": round(best[name] / best["SGHMC"], 2),
+            }
             if name.startswith("MCCAdL"):
                 row.update(c_step_stats(state))
             rows.append(row)
@@ -117,7 +126,10 @@ def plain_rows(model, rounds, steps):
 
 
 DEFAULT_SAMPLERS = {
-    "SGHMC": SGHMC, "SGLD": SGLD, "SGNHT": SGNHT, "MCCAdL": MCCAdL,
+    "SGHMC": SGHMC,
+    "SGLD": SGLD,
+    "SGNHT": SGNHT,
+    "MCCAdL": MCCAdL,
     "MCCAdL_same": lambda: MCCAdL(sigma_estimate="same"),
     "MCCAdL_sigma_quarter": lambda: SmallSigmaMCCAdL(0.25),
 }
@@ -129,15 +141,27 @@ def default_chains(X, y, model, batch):
     for name, make in DEFAULT_SAMPLERS.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a 20-iteration fit does not converge, by design
-            est = SGBayesLogisticRegression(sampler=make(), n_iter=20, n_chains=1, random_state=0,
-                                            batch_size=batch).fit(X, y)
+            est = SGBayesLogisticRegression(
+                sampler=make(), n_iter=20, n_chains=1, random_state=0, batch_size=batch
+            ).fit(X, y)
         geometry = est._geometry
         chain_model = geometry.chain_model(model)
         n, h = est.diagnostics_["batch_size"], est.diagnostics_["step_size"]
         start = np.random.default_rng(1).standard_normal(model.n_params)  # a Laplace draw, as fits start
-        runner = ChainRunner(est._sampler, chain_model, start, 10**9, 0, 10**6, 10, n, "replacement",
-                             np.random.SeedSequence(0), FitContext(step=(h, {})),
-                             geometry.control_variate(chain_model))
+        runner = ChainRunner(
+            est._sampler,
+            chain_model,
+            start,
+            10**9,
+            0,
+            10**6,
+            10,
+            n,
+            "replacement",
+            np.random.SeedSequence(0),
+            FitContext(step=(h, {})),
+            geometry.control_variate(chain_model),
+        )
         chains[name] = (runner, n, h)
     return chains
 
@@ -156,12 +180,23 @@ def default_rows(X, y, model, rounds, steps, profile):
                     prof.runcall(runner.advance, 3000)
                     out = io.StringIO()
                     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
-                    print(f"--- profile: {name}, default setting, batch {batch}, 3000 steps\n"
-                          + "\n".join(out.getvalue().splitlines()[4:]), flush=True)
+                    print(
+                        f"--- profile: {name}, default setting, batch {batch}, 3000 steps\n"
+                        + "\n".join(out.getvalue().splitlines()[4:]),
+                        flush=True,
+                    )
         for name, (runner, n, h) in chains.items():
-            row = {"library": "skbayes_sg", "setting": "default", "batch_option": batch, "batch": n,
-                   "sampler": name, "h": h, "us_per_step": round(1e6 * best[name], 1),
-                   "steps_per_s": round(1.0 / best[name]), "ratio_to_sghmc": round(best[name] / best["SGHMC"], 2)}
+            row = {
+                "library": "skbayes_sg",
+                "setting": "default",
+                "batch_option": batch,
+                "batch": n,
+                "sampler": name,
+                "h": h,
+                "us_per_step": round(1e6 * best[name], 1),
+                "steps_per_s": round(1.0 / best[name]),
+                "ratio_to_sghmc": round(best[name] / best["SGHMC"], 2),
+            }
             if name.startswith("MCCAdL"):
                 row.update(c_step_stats(runner.state))
             rows.append(row)
@@ -182,15 +217,31 @@ def main():
     rows = plain_rows(model, rounds, steps)
     rows += default_rows(X, y, model, rounds, steps, args.profile)
     if not (args.quick or args.no_blackjax) and ANCHOR.exists():
-        out = subprocess.run([str(ANCHOR), str(SHARED / "bench" / "bench_blackjax_sgmcmc.py"),
-                              str(SHARED / "data" / "a9a.npz"), "20", "1e-4", "1"],
-                             capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        out = subprocess.run(
+            [
+                str(ANCHOR),
+                str(SHARED / "bench" / "bench_blackjax_sgmcmc.py"),
+                str(SHARED / "data" / "a9a.npz"),
+                "20",
+                "1e-4",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        )
         ref = {r["sampler"]: r for r in (json.loads(line) for line in out.stdout.splitlines() if line.startswith("{"))}
         if "sghmc" in ref:
             bj = ref["sghmc"]["steps_per_s"]
             mine = next(r["steps_per_s"] for r in rows if r["sampler"] == "MCCAdL" and r.get("h_mode") == 1e-4)
-            row = {"library": "blackjax", "sampler": "sghmc", "h": 1e-4, "steps_per_s": bj,
-                   "mccadl_over_blackjax_sghmc": round(mine / bj, 2)}
+            row = {
+                "library": "blackjax",
+                "sampler": "sghmc",
+                "h": 1e-4,
+                "steps_per_s": bj,
+                "mccadl_over_blackjax_sghmc": round(mine / bj, 2),
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     RESULTS.mkdir(exist_ok=True)

@@ -101,10 +101,25 @@ def main():
             for name, cls in SAMPLERS.items():
                 t0 = time.perf_counter()
                 with np.errstate(all="ignore"):
-                    curve, diverged = run(cls(step_size=h, friction=A), model, h, n_iter, every, m, S_half,
-                                          np.random.SeedSequence(args.seed))
-                row = {"h": h, "A": A, "sampler": name, "passes": passes, "diverged": diverged,
-                       "final_w2": curve[-1][1] if curve else None, "seconds": round(time.perf_counter() - t0, 1)}
+                    curve, diverged = run(
+                        cls(step_size=h, friction=A),
+                        model,
+                        h,
+                        n_iter,
+                        every,
+                        m,
+                        S_half,
+                        np.random.SeedSequence(args.seed),
+                    )
+                row = {
+                    "h": h,
+                    "A": A,
+                    "sampler": name,
+                    "passes": passes,
+                    "diverged": diverged,
+                    "final_w2": curve[-1][1] if curve else None,
+                    "seconds": round(time.perf_counter() - t0, 1),
+                }
                 print(json.dumps(row), flush=True)
                 rows.append({**row, "curve": curve})
     suffix = "_quick" if args.quick else ""

@@ -71,7 +71,9 @@ class Problem:
 
     def log_post(self, thetas):
         Z = self.Xa @ thetas.T
-        return (self.y[:, None] * log_expit(Z) + (1 - self.y[:, None]) * log_expit(-Z)).sum(0) - 0.5 * (thetas**2).sum(1)
+        return (self.y[:, None] * log_expit(Z) + (1 - self.y[:, None]) * log_expit(-Z)).sum(0) - 0.5 * (thetas**2).sum(
+            1
+        )
 
     def log_post_grad(self, thetas):
         Z = self.Xa @ thetas.T
@@ -112,11 +114,20 @@ def level_decay(prob, n_levels, n_paths, sink):
             means.append(float(s.delta.mean()) / prob.reference)
             vars_.append(float(s.delta.var(ddof=1)) / prob.reference**2)
         ls = np.arange(1, n_levels)
-        emit({"experiment": "level_decay", "variant": name, "N": prob.N, "n_paths": n_paths,
-              "rel_mean": means, "rel_var": vars_,
-              "var_slope": float(np.polyfit(ls, np.log2(vars_[1:]), 1)[0]),
-              "mean_slope": float(np.polyfit(ls, np.log2(np.abs(means[1:])), 1)[0]),
-              "seconds": round(time.time() - t, 1)}, sink)
+        emit(
+            {
+                "experiment": "level_decay",
+                "variant": name,
+                "N": prob.N,
+                "n_paths": n_paths,
+                "rel_mean": means,
+                "rel_var": vars_,
+                "var_slope": float(np.polyfit(ls, np.log2(vars_[1:]), 1)[0]),
+                "mean_slope": float(np.polyfit(ls, np.log2(np.abs(means[1:])), 1)[0]),
+                "seconds": round(time.time() - t, 1),
+            },
+            sink,
+        )
 
 
 # -- MALA -----------------------------------------------------------------------------------
@@ -149,24 +160,57 @@ def cost_vs_N(probs, n_reps, variants_by_N, mala_steps, mala_burn, sink, target=
         for name in variants_by_N(prob.N):
             errs, costs, setups, t = [], [], [], time.time()
             for rep in range(n_reps):
-                res = estimate(prob.model, prob.g, target * prob.reference, theta0=prob.theta0, step_size=1.0 / prob.N,
-                               horizon=5, batch_size=prob.batch, random_state=rep, **VARIANTS[name])
+                res = estimate(
+                    prob.model,
+                    prob.g,
+                    target * prob.reference,
+                    theta0=prob.theta0,
+                    step_size=1.0 / prob.N,
+                    horizon=5,
+                    batch_size=prob.batch,
+                    random_state=rep,
+                    **VARIANTS[name],
+                )
                 errs.append(float(res.estimate[0]) / prob.reference - 1)
                 costs.append(res.n_grad_evals)
                 setups.append(res.n_grad_evals_setup + prob.setup_cost)
-            emit({"experiment": "cost_vs_N", "method": name, "N": prob.N, "target_rel_rmse": target,
-                  "rel_rmse": float(np.sqrt(np.mean(np.square(errs)))), "cost": float(np.mean(costs)),
-                  "setup_cost": float(np.mean(setups)), "n_reps": n_reps, "n_levels": len(res.levels),
-                  "seconds": round(time.time() - t, 1)}, sink)
+            emit(
+                {
+                    "experiment": "cost_vs_N",
+                    "method": name,
+                    "N": prob.N,
+                    "target_rel_rmse": target,
+                    "rel_rmse": float(np.sqrt(np.mean(np.square(errs)))),
+                    "cost": float(np.mean(costs)),
+                    "setup_cost": float(np.mean(setups)),
+                    "n_reps": n_reps,
+                    "n_levels": len(res.levels),
+                    "seconds": round(time.time() - t, 1),
+                },
+                sink,
+            )
         t = time.time()
         ests, acc = mala(prob, mala_steps, mala_burn, n_reps * 2, np.random.default_rng(prob.N))
         rel_rmse = float(np.sqrt(np.mean((ests / prob.reference - 1) ** 2)))
         cost = prob.N * (mala_burn + mala_steps)
         needed = prob.N * (mala_burn + mala_steps * (rel_rmse / target) ** 2)
-        emit({"experiment": "cost_vs_N", "method": "mala", "N": prob.N, "target_rel_rmse": target,
-              "rel_rmse": rel_rmse, "cost_run": float(cost), "cost": float(needed), "acceptance": acc,
-              "n_steps": mala_steps, "n_burn": mala_burn, "n_chains": n_reps * 2,
-              "seconds": round(time.time() - t, 1)}, sink)
+        emit(
+            {
+                "experiment": "cost_vs_N",
+                "method": "mala",
+                "N": prob.N,
+                "target_rel_rmse": target,
+                "rel_rmse": rel_rmse,
+                "cost_run": float(cost),
+                "cost": float(needed),
+                "acceptance": acc,
+                "n_steps": mala_steps,
+                "n_burn": mala_burn,
+                "n_chains": n_reps * 2,
+                "seconds": round(time.time() - t, 1),
+            },
+            sink,
+        )
 
 
 # -- 3: RMSE against cost ----------------------------------------------------------------------
@@ -174,8 +218,11 @@ def sgld_curves(prob, step_sizes, n_steps, n_chains, sink, taylor=False):
     """SGLD from the MAP at fixed h: relative RMSE of the running average of g against cost."""
     checkpoints = np.unique(np.geomspace(10, n_steps, 25).astype(int))
     for h in step_sizes:
-        target = (TaylorControlVariateGradient(prob.model, prob.batch, theta_hat=prob.theta0) if taylor
-                  else MinibatchGradient(prob.model, prob.batch))
+        target = (
+            TaylorControlVariateGradient(prob.model, prob.batch, theta_hat=prob.theta0)
+            if taylor
+            else MinibatchGradient(prob.model, prob.batch)
+        )
         rng = np.random.default_rng(3)
         theta = np.tile(prob.theta0, (n_chains, 1))
         total = np.zeros(n_chains)
@@ -188,8 +235,19 @@ def sgld_curves(prob, step_sizes, n_steps, n_chains, sink, taylor=False):
             if k in checkpoints:
                 rmse.append(float(np.sqrt(np.mean((total / k / prob.reference - 1) ** 2))))
                 cost.append(float(k * prob.batch))
-        emit({"experiment": "rmse_vs_cost", "method": "sgld+taylor" if taylor else "sgld", "step_size_times_N": h * prob.N, "N": prob.N,
-              "cost": cost, "rel_rmse": rmse, "n_chains": n_chains, "seconds": round(time.time() - t, 1)}, sink)
+        emit(
+            {
+                "experiment": "rmse_vs_cost",
+                "method": "sgld+taylor" if taylor else "sgld",
+                "step_size_times_N": h * prob.N,
+                "N": prob.N,
+                "cost": cost,
+                "rel_rmse": rmse,
+                "n_chains": n_chains,
+                "seconds": round(time.time() - t, 1),
+            },
+            sink,
+        )
 
 
 def mlsgld_curve(prob, ks, n_reps, sink, name="antithetic+taylor"):
@@ -199,15 +257,35 @@ def mlsgld_curve(prob, ks, n_reps, sink, name="antithetic+taylor"):
         target = 2.0 ** (-k / 2)
         errs, costs = [], []
         for rep in range(n_reps):
-            res = estimate(prob.model, prob.g, target * prob.reference, theta0=prob.theta0, step_size=1.0 / prob.N,
-                           horizon=5, batch_size=prob.batch, random_state=100 + rep, **VARIANTS[name])
+            res = estimate(
+                prob.model,
+                prob.g,
+                target * prob.reference,
+                theta0=prob.theta0,
+                step_size=1.0 / prob.N,
+                horizon=5,
+                batch_size=prob.batch,
+                random_state=100 + rep,
+                **VARIANTS[name],
+            )
             errs.append(float(res.estimate[0]) / prob.reference - 1)
             costs.append(res.n_grad_evals)
         cost.append(float(np.mean(costs)))
         rmse.append(float(np.sqrt(np.mean(np.square(errs)))))
-    emit({"experiment": "rmse_vs_cost", "method": name, "N": prob.N, "target_rel_rmse": [2.0 ** (-k / 2) for k in ks],
-          "cost": cost, "rel_rmse": rmse, "n_reps": n_reps,
-          "cost_slope": float(np.polyfit(np.log(rmse), np.log(cost), 1)[0]), "seconds": round(time.time() - t, 1)}, sink)
+    emit(
+        {
+            "experiment": "rmse_vs_cost",
+            "method": name,
+            "N": prob.N,
+            "target_rel_rmse": [2.0 ** (-k / 2) for k in ks],
+            "cost": cost,
+            "rel_rmse": rmse,
+            "n_reps": n_reps,
+            "cost_slope": float(np.polyfit(np.log(rmse), np.log(cost), 1)[0]),
+            "seconds": round(time.time() - t, 1),
+        },
+        sink,
+    )
 
 
 # -- figures -------------------------------------------------------------------------------------
@@ -267,20 +345,34 @@ def main(argv=None):
     Ns = [100, 316, 1000, 3162, 10000]
     probs = {N: Problem(N, n_is=50_000 if q else 200_000) for N in Ns}
     for N, p in probs.items():
-        emit({"experiment": "reference", "N": N, "E_g": p.reference, "se": p.reference_se, "theta0": p.theta0.tolist()},
-             sink)
+        emit(
+            {"experiment": "reference", "N": N, "E_g": p.reference, "se": p.reference_se, "theta0": p.theta0.tolist()},
+            sink,
+        )
     level_decay(probs[1000], n_levels=6 if q else 7, n_paths=500 if q else 2000, sink=sink)
 
     def variants_by_N(N):
         cheap = ["antithetic+taylor", "antithetic+taylor+averaging"]
         return (["plain", "antithetic"] if N <= (100 if q else 316) else []) + cheap
 
-    cost_vs_N(list(probs.values()), n_reps=4 if q else 8, variants_by_N=variants_by_N,
-              mala_steps=10_000, mala_burn=1_000, sink=sink)
+    cost_vs_N(
+        list(probs.values()),
+        n_reps=4 if q else 8,
+        variants_by_N=variants_by_N,
+        mala_steps=10_000,
+        mala_burn=1_000,
+        sink=sink,
+    )
     mlsgld_curve(probs[1000], ks=range(2, 11, 2) if q else range(2, 11), n_reps=4 if q else 8, sink=sink)
     for taylor in (False, True):
-        sgld_curves(probs[1000], [1.0 / 1000, 0.25 / 1000, 0.0625 / 1000], n_steps=20_000 if q else 100_000,
-                    n_chains=8 if q else 16, sink=sink, taylor=taylor)
+        sgld_curves(
+            probs[1000],
+            [1.0 / 1000, 0.25 / 1000, 0.0625 / 1000],
+            n_steps=20_000 if q else 100_000,
+            n_chains=8 if q else 16,
+            sink=sink,
+            taylor=taylor,
+        )
     suffix = "_quick" if q else ""
     with open(os.path.join(args.out, f"mlsgld{suffix}.json"), "w") as fh:
         json.dump(sink, fh, indent=1)

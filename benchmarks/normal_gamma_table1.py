@@ -64,12 +64,25 @@ def main():
         for A in (1.0, 10.0):
             for name, cls in SAMPLERS.items():
                 t0 = time.perf_counter()
-                res = run_chain(cls(step_size=h, friction=A), model, np.array([0.0, 1.0]), n_iter, n_iter // 5,
-                                1, n_iter, 10, "replacement", np.random.SeedSequence(args.seed))
+                res = run_chain(
+                    cls(step_size=h, friction=A),
+                    model,
+                    np.array([0.0, 1.0]),
+                    n_iter,
+                    n_iter // 5,
+                    1,
+                    n_iter,
+                    10,
+                    "replacement",
+                    np.random.SeedSequence(args.seed),
+                )
                 d = res.draws
                 ess = ess_bulk(d[None])
                 row = {
-                    "h": h, "A": A, "sampler": name, "n_iter": n_iter,
+                    "h": h,
+                    "A": A,
+                    "sampler": name,
+                    "n_iter": n_iter,
                     "rmse_mu": round(density_rmse(d[:, 0], post[0]), 4),
                     "rmse_gamma": round(density_rmse(d[:, 1], post[1]), 4),
                     "act_mu": round(float(d.shape[0] / ess[0]), 1),

@@ -131,8 +131,7 @@ ESS_FLOOR_PER_CHAIN = 100
 # -- metadata ---------------------------------------------------------------------------
 def _git(*args):
     try:
-        return subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True,
-                              timeout=30).stdout
+        return subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True, timeout=30).stdout
     except Exception:  # noqa: BLE001 - metadata only
         return ""
 
@@ -152,8 +151,12 @@ def library_state():
         digest.update(rel.encode() + b"\0" + text)
         if _git("show", f"HEAD:skbayes_sg/{rel}").encode() != text:
             changed.append(rel)
-    return {"commit": _git("rev-parse", "--short", "HEAD").strip(), "library_path": str(root),
-            "library_sha1": digest.hexdigest()[:10], "library_changed_vs_commit": changed}
+    return {
+        "commit": _git("rev-parse", "--short", "HEAD").strip(),
+        "library_path": str(root),
+        "library_sha1": digest.hexdigest()[:10],
+        "library_changed_vs_commit": changed,
+    }
 
 
 # -- metrics ----------------------------------------------------------------------------
@@ -182,7 +185,7 @@ def evaluate(est, ref_mean, ref_sd, names, ref_mcse=None, ref_ess=None):
     ess = np.asarray(diag["ess"], dtype=float)
     rhat = np.asarray(diag["rhat"], dtype=float)
     mcse = np.asarray(diag["mcse_mean"], dtype=float)
-    mcse_tot = np.sqrt(mcse ** 2 + (0.0 if ref_mcse is None else np.asarray(ref_mcse) ** 2))
+    mcse_tot = np.sqrt(mcse**2 + (0.0 if ref_mcse is None else np.asarray(ref_mcse) ** 2))
     rel_sd_mcse = np.sqrt(1.0 / (2.0 * ess) + (0.0 if ref_ess is None else 1.0 / (2.0 * np.asarray(ref_ess))))
     with np.errstate(invalid="ignore"):
         mean_raw = z < Z_TOL
@@ -195,30 +198,59 @@ def evaluate(est, ref_mean, ref_sd, names, ref_mcse=None, ref_ess=None):
     iz, ir = int(np.nanargmax(z)), int(np.nanargmax(np.abs(ratio - 1.0)))
     bad = np.flatnonzero(~(mean_ok & sd_ok))
     bad = bad[np.argsort(-np.maximum(z[bad] / Z_TOL, np.abs(ratio[bad] - 1) / SD_TOL))][:6]
-    out.update({
-        "max_z": _r(np.nanmax(z)), "worst_z_param": names[iz], "worst_z_over_mcse": _r(np.abs(err[iz]) / mcse_tot[iz], 2),
-        "sd_ratio_min": _r(np.nanmin(ratio)), "sd_ratio_max": _r(np.nanmax(ratio)), "worst_sd_param": names[ir],
-        # The average over coordinates separates a systematic sd bias from Monte Carlo scatter.
-        "sd_ratio_mean": _r(np.nanmean(ratio)), "z_rms": _r(np.sqrt(np.nanmean(z ** 2))),
-        "mcse_med": _r(np.nanmedian(mcse / ref_sd)), "ess_min": _r(np.nanmin(ess), 5),
-        "rhat_max": _r(np.nanmax(rhat)),
-        "pass_raw": bool(np.all(mean_raw) and np.all(sd_raw)),
-        "pass_mcse": bool(np.all(mean_ok) and np.all(sd_ok)),
-        "rhat_ok": bool(np.nanmax(rhat) < RHAT_MAX) if np.isfinite(rhat).any() else False,
-        "n_mean_fail_raw": int(np.sum(~mean_raw)), "n_sd_fail_raw": int(np.sum(~sd_raw)),
-        "n_fail_mcse": int(np.sum(~(mean_ok & sd_ok))),
-        "failing": [{"param": names[j], "z": _r(z[j], 3), "z_over_mcse": _r(np.abs(err[j]) / mcse_tot[j], 2),
-                     "sd_ratio": _r(ratio[j], 3), "ratio_over_mcse": _r(np.abs(ratio[j] - 1) / rel_sd_mcse[j], 2)}
-                    for j in bad],
-    })
+    out.update(
+        {
+            "max_z": _r(np.nanmax(z)),
+            "worst_z_param": names[iz],
+            "worst_z_over_mcse": _r(np.abs(err[iz]) / mcse_tot[iz], 2),
+            "sd_ratio_min": _r(np.nanmin(ratio)),
+            "sd_ratio_max": _r(np.nanmax(ratio)),
+            "worst_sd_param": names[ir],
+            # The average over coordinates separates a systematic sd bias from Monte Carlo scatter.
+            "sd_ratio_mean": _r(np.nanmean(ratio)),
+            "z_rms": _r(np.sqrt(np.nanmean(z**2))),
+            "mcse_med": _r(np.nanmedian(mcse / ref_sd)),
+            "ess_min": _r(np.nanmin(ess), 5),
+            "rhat_max": _r(np.nanmax(rhat)),
+            "pass_raw": bool(np.all(mean_raw) and np.all(sd_raw)),
+            "pass_mcse": bool(np.all(mean_ok) and np.all(sd_ok)),
+            "rhat_ok": bool(np.nanmax(rhat) < RHAT_MAX) if np.isfinite(rhat).any() else False,
+            "n_mean_fail_raw": int(np.sum(~mean_raw)),
+            "n_sd_fail_raw": int(np.sum(~sd_raw)),
+            "n_fail_mcse": int(np.sum(~(mean_ok & sd_ok))),
+            "failing": [
+                {
+                    "param": names[j],
+                    "z": _r(z[j], 3),
+                    "z_over_mcse": _r(np.abs(err[j]) / mcse_tot[j], 2),
+                    "sd_ratio": _r(ratio[j], 3),
+                    "ratio_over_mcse": _r(np.abs(ratio[j] - 1) / rel_sd_mcse[j], 2),
+                }
+                for j in bad
+            ],
+        }
+    )
     if names[-1] == "log_noise_precision":
         j = P - 1
-        out["lognoise"] = {"z": _r(z[j]), "sd_ratio": _r(ratio[j]), "z_over_mcse": _r(np.abs(err[j]) / mcse_tot[j], 2),
-                           "ess": _r(ess[j], 5), "rhat": _r(rhat[j])}
+        out["lognoise"] = {
+            "z": _r(z[j]),
+            "sd_ratio": _r(ratio[j]),
+            "z_over_mcse": _r(np.abs(err[j]) / mcse_tot[j], 2),
+            "ess": _r(ess[j], 5),
+            "rhat": _r(rhat[j]),
+        }
         out["max_z_weights"] = _r(np.nanmax(z[:-1]))
         out["sd_ratio_range_weights"] = [_r(np.nanmin(ratio[:-1])), _r(np.nanmax(ratio[:-1]))]
-    for key in ("step_size", "noise_eigenvalue", "predicted_noise_error", "lambda_max", "gradient", "preconditioner",
-                "batch_size", "kinetic_temperature"):
+    for key in (
+        "step_size",
+        "noise_eigenvalue",
+        "predicted_noise_error",
+        "lambda_max",
+        "gradient",
+        "preconditioner",
+        "batch_size",
+        "kinetic_temperature",
+    ):
         if key in diag:
             value = diag[key]
             out[key] = value if isinstance(value, (str, type(None))) else _r(value, 6)
@@ -234,9 +266,11 @@ def run_fit(est, X, y, ref_mean, ref_sd, ref_mcse=None, ref_ess=None):
             with np.errstate(all="ignore"):
                 est.fit(X, y)
         except Exception as exc:  # noqa: BLE001 - reported, not hidden
-            return {"error": f"{type(exc).__name__}: {exc}"[:500],
-                    "traceback": traceback.format_exc(limit=-3)[-1500:],
-                    "seconds": _r(time.perf_counter() - t0, 4)}
+            return {
+                "error": f"{type(exc).__name__}: {exc}"[:500],
+                "traceback": traceback.format_exc(limit=-3)[-1500:],
+                "seconds": _r(time.perf_counter() - t0, 4),
+            }
         seconds = time.perf_counter() - t0
     out = evaluate(est, ref_mean, ref_sd, est._param_names(), ref_mcse, ref_ess)
     out["seconds"] = _r(seconds, 4)
@@ -264,28 +298,55 @@ def part_gaussian(emit, quick, samplers):
             X, y = gaussian_data(N, D)
             stats = sufficient_statistics(X, y)
             t0 = time.perf_counter()
-            refs = {"known": known_noise_posterior(stats, ALPHA, 1.0 / NOISE_SD ** 2),
-                    "sampled": sampled_noise_posterior(stats, ALPHA, NOISE_A, NOISE_B)}
-            emit({"part": "gaussian", "kind": "reference", "N": N, "D": D,
-                  "seconds": _r(time.perf_counter() - t0, 3), "edge_mass": refs["sampled"]["edge_mass"],
-                  "log_tau_mean": _r(refs["sampled"]["mean"][-1], 6), "log_tau_sd": _r(refs["sampled"]["sd"][-1], 6)})
+            refs = {
+                "known": known_noise_posterior(stats, ALPHA, 1.0 / NOISE_SD**2),
+                "sampled": sampled_noise_posterior(stats, ALPHA, NOISE_A, NOISE_B),
+            }
+            emit(
+                {
+                    "part": "gaussian",
+                    "kind": "reference",
+                    "N": N,
+                    "D": D,
+                    "seconds": _r(time.perf_counter() - t0, 3),
+                    "edge_mass": refs["sampled"]["edge_mass"],
+                    "log_tau_mean": _r(refs["sampled"]["mean"][-1], 6),
+                    "log_tau_sd": _r(refs["sampled"]["sd"][-1], 6),
+                }
+            )
             configs = [(variant, name, "default") for variant in ("known", "sampled") for name in samplers]
             if D == 5 and N in old_N:
-                configs += [(variant, name, "old_default") for variant in ("known", "sampled")
-                            for name in OLD_SAMPLERS if name in samplers]
+                configs += [
+                    (variant, name, "old_default")
+                    for variant in ("known", "sampled")
+                    for name in OLD_SAMPLERS
+                    if name in samplers
+                ]
             for variant, name, config in configs:
-                kw = {"noise_precision": 1.0 / NOISE_SD ** 2} if variant == "known" else {}
+                kw = {"noise_precision": 1.0 / NOISE_SD**2} if variant == "known" else {}
                 if config == "old_default":
-                    kw.update(gradient="minibatch", sampler=SAMPLERS[name](preconditioner="none"),
-                              batch_size=OLD_BATCH, n_iter=OLD_N_ITER)
+                    kw.update(
+                        gradient="minibatch",
+                        sampler=SAMPLERS[name](preconditioner="none"),
+                        batch_size=OLD_BATCH,
+                        n_iter=OLD_N_ITER,
+                    )
                 else:
                     kw.update(sampler=name)
                 # The reference's prior: N(0, 1/ALPHA) on every weight, the intercept included, in y's units.
-                est = SGBayesLinearRegression(random_state=0, alpha=ALPHA, alpha_intercept=ALPHA, normalize_y=False,
-                                              **kw)
+                est = SGBayesLinearRegression(
+                    random_state=0, alpha=ALPHA, alpha_intercept=ALPHA, normalize_y=False, **kw
+                )
                 ref = refs[variant]
-                rec = {"part": "gaussian", "kind": "fit", "N": N, "D": D, "variant": variant, "sampler": name,
-                       "config": config}
+                rec = {
+                    "part": "gaussian",
+                    "kind": "fit",
+                    "N": N,
+                    "D": D,
+                    "variant": variant,
+                    "sampler": name,
+                    "config": config,
+                }
                 rec.update(run_fit(est, X, y, ref["mean"], ref["sd"]))
                 emit(rec)
             del X, y
@@ -300,9 +361,11 @@ def _estimator_prior(problem, default_prior):
         return {"alpha": alpha, "alpha_intercept": alpha_intercept}
     defaults = SGBayesLogisticRegression().get_params()
     if (defaults["alpha"], defaults["alpha_intercept"]) != (alpha, alpha_intercept):
-        raise RuntimeError(f"the estimator's default prior (alpha={defaults['alpha']}, alpha_intercept="
-                           f"{defaults['alpha_intercept']}) is not the prior of reference {problem!r} "
-                           f"(alpha={alpha}, alpha_intercept={alpha_intercept}): recompute the reference")
+        raise RuntimeError(
+            f"the estimator's default prior (alpha={defaults['alpha']}, alpha_intercept="
+            f"{defaults['alpha_intercept']}) is not the prior of reference {problem!r} "
+            f"(alpha={alpha}, alpha_intercept={alpha_intercept}): recompute the reference"
+        )
     return {}
 
 
@@ -312,23 +375,48 @@ def part_logistic(emit, quick, samplers, problems, configs_for, default_prior=Fa
         X, y, alpha, fit_intercept = make_problem(problem)
         ref = load_reference(problem)
         prior_kw = _estimator_prior(problem, default_prior)
-        prior = {"alpha": problem_prior(problem)[0], "alpha_intercept": problem_prior(problem)[1],
-                 "prior_passed": bool(prior_kw)}
+        prior = {
+            "alpha": problem_prior(problem)[0],
+            "alpha_intercept": problem_prior(problem)[1],
+            "prior_passed": bool(prior_kw),
+        }
         lap_z = np.abs(ref["map"] - ref["mean"]) / ref["sd"]
         lap_ratio = ref["laplace_sd"] / ref["sd"]
-        emit({"part": part, "kind": "laplace", "problem": problem,
-              "N": int(X.shape[0]), "D": int(X.shape[1]), "sampler": "laplace", "config": "laplace", **prior,
-              "max_z": _r(lap_z.max()), "worst_z_index": int(lap_z.argmax()),
-              "sd_ratio_min": _r(lap_ratio.min()), "sd_ratio_max": _r(lap_ratio.max()),
-              "sd_ratio_mean": _r(lap_ratio.mean()),
-              "laplace_mean_dev_max": _r(ref["laplace_mean_dev_max"]), "laplace_sd_dev_max": _r(ref["laplace_sd_dev_max"]),
-              "ref_ess_bulk_min": _r(ref["ess_bulk_min"], 5), "ref_rhat_max": _r(ref["rhat_max"]),
-              "ref_mcse_med": _r(np.median(ref["mcse_mean"] / ref["sd"]))})
+        emit(
+            {
+                "part": part,
+                "kind": "laplace",
+                "problem": problem,
+                "N": int(X.shape[0]),
+                "D": int(X.shape[1]),
+                "sampler": "laplace",
+                "config": "laplace",
+                **prior,
+                "max_z": _r(lap_z.max()),
+                "worst_z_index": int(lap_z.argmax()),
+                "sd_ratio_min": _r(lap_ratio.min()),
+                "sd_ratio_max": _r(lap_ratio.max()),
+                "sd_ratio_mean": _r(lap_ratio.mean()),
+                "laplace_mean_dev_max": _r(ref["laplace_mean_dev_max"]),
+                "laplace_sd_dev_max": _r(ref["laplace_sd_dev_max"]),
+                "ref_ess_bulk_min": _r(ref["ess_bulk_min"], 5),
+                "ref_rhat_max": _r(ref["rhat_max"]),
+                "ref_mcse_med": _r(np.median(ref["mcse_mean"] / ref["sd"])),
+            }
+        )
         for name, config, kw in configs_for(quick, samplers):
             est = SGBayesLogisticRegression(random_state=0, n_jobs=2, fit_intercept=fit_intercept, **prior_kw, **kw)
-            rec = {"part": part, "kind": "fit", "problem": problem,
-                   "N": int(X.shape[0]), "D": int(X.shape[1]), "sampler": name, "config": config,
-                   "n_iter": est.n_iter, **prior}
+            rec = {
+                "part": part,
+                "kind": "fit",
+                "problem": problem,
+                "N": int(X.shape[0]),
+                "D": int(X.shape[1]),
+                "sampler": name,
+                "config": config,
+                "n_iter": est.n_iter,
+                **prior,
+            }
             rec.update(run_fit(est, X, y, ref["mean"], ref["sd"], ref["mcse_mean"], ref["ess_bulk"]))
             emit(rec)
         del X, y
@@ -338,12 +426,23 @@ def a9a_configs(quick, samplers):
     n_iter = {"n_iter": 1000} if quick else {}
     out = [(name, "default", {"sampler": name, **n_iter}) for name in samplers]
     if not quick:
-        out += [(name, "minibatch", {"sampler": name, "gradient": "minibatch", "n_iter": OLD_N_ITER})
-                for name in samplers]
+        out += [
+            (name, "minibatch", {"sampler": name, "gradient": "minibatch", "n_iter": OLD_N_ITER}) for name in samplers
+        ]
     if "mccadl" in samplers:
-        out.append(("mccadl", "old_default",
-                    {"sampler": SAMPLERS["mccadl"](preconditioner="none"), "gradient": "minibatch",
-                     "batch_size": OLD_BATCH, "n_iter": OLD_N_ITER, **n_iter}))
+        out.append(
+            (
+                "mccadl",
+                "old_default",
+                {
+                    "sampler": SAMPLERS["mccadl"](preconditioner="none"),
+                    "gradient": "minibatch",
+                    "batch_size": OLD_BATCH,
+                    "n_iter": OLD_N_ITER,
+                    **n_iter,
+                },
+            )
+        )
     if not quick:
         out += [(name, "n_iter=20000", {"sampler": name, "n_iter": 20000}) for name in OLD_SAMPLERS if name in samplers]
     return out
@@ -377,14 +476,19 @@ def markdown_tables(records):
     fits = [r for r in records if r.get("kind") == "fit"]
     g = [r for r in fits if r["part"] == "gaussian"]
     if g:
-        lines += ["### gaussian", "",
-                  "| N | D | noise | sampler | config | max z (w) | z log tau | sd ratio (w) (mean) | sd ratio log tau "
-                  "| mcse med | ESS min | R-hat max | h | sigma_max | batch | gradient/precond | s | raw | mcse-adj |",
-                  "|" + "---|" * 19]
+        lines += [
+            "### gaussian",
+            "",
+            "| N | D | noise | sampler | config | max z (w) | z log tau | sd ratio (w) (mean) | sd ratio log tau "
+            "| mcse med | ESS min | R-hat max | h | sigma_max | batch | gradient/precond | s | raw | mcse-adj |",
+            "|" + "---|" * 19,
+        ]
         for r in g:
             if "error" in r:
-                lines.append(f"| {r['N']:.0e} | {r['D']} | {r['variant']} | {r['sampler']} | {r['config']} | "
-                             f"ERROR: {r['error'][:80]} |" + " |" * 13)
+                lines.append(
+                    f"| {r['N']:.0e} | {r['D']} | {r['variant']} | {r['sampler']} | {r['config']} | "
+                    f"ERROR: {r['error'][:80]} |" + " |" * 13
+                )
                 continue
             ln = r.get("lognoise", {})
             rng_w = r.get("sd_ratio_range_weights", [r["sd_ratio_min"], r["sd_ratio_max"]])
@@ -396,27 +500,34 @@ def markdown_tables(records):
                 f"{_fmt(r['ess_min'])} | {_fmt(r['rhat_max'])} | {_fmt(r.get('step_size'))} | "
                 f"{_fmt(r.get('noise_eigenvalue'))} | {_fmt(r.get('batch_size'))} | "
                 f"{r.get('gradient')}/{r.get('preconditioner')} | {_fmt(r['seconds'])} | "
-                f"{_fmt(r['pass_raw'])} | {_fmt(r['pass_mcse'])} |")
+                f"{_fmt(r['pass_raw'])} | {_fmt(r['pass_mcse'])} |"
+            )
         lines.append("")
     for part in ("a9a", "a9a_default", "unscaled"):
         rows = [r for r in records if r.get("part") == part and r.get("kind") in ("fit", "laplace")]
         if not rows:
             continue
-        lines += [f"### {part}", "",
-                  "| problem | sampler | config | s | ESS min | R-hat max | ESS/s | max z | sd ratio (mean) | mcse med "
-                  "| h | sigma_max | gradient/precond | raw | mcse-adj | R-hat ok |",
-                  "|" + "---|" * 16]
+        lines += [
+            f"### {part}",
+            "",
+            "| problem | sampler | config | s | ESS min | R-hat max | ESS/s | max z | sd ratio (mean) | mcse med "
+            "| h | sigma_max | gradient/precond | raw | mcse-adj | R-hat ok |",
+            "|" + "---|" * 16,
+        ]
         for r in rows:
             if "error" in r:
-                lines.append(f"| {r['problem']} | {r['sampler']} | {r['config']} | ERROR: {r['error'][:80]} |"
-                             + " |" * 12)
+                lines.append(
+                    f"| {r['problem']} | {r['sampler']} | {r['config']} | ERROR: {r['error'][:80]} |" + " |" * 12
+                )
                 continue
             if r["kind"] == "laplace":
-                lines.append(f"| {r['problem']} | Laplace | (reference HMC: ESS {_fmt(r['ref_ess_bulk_min'])}, "
-                             f"R-hat {_fmt(r['ref_rhat_max'])}) | - | - | - | - | {_fmt(r['max_z'])} | "
-                             f"{_fmt(r['sd_ratio_min'])}-{_fmt(r['sd_ratio_max'])} ({_fmt(r['sd_ratio_mean'])}) | "
-                             f"{_fmt(r['ref_mcse_med'])} "
-                             "| - | - | - | - | - | - |")
+                lines.append(
+                    f"| {r['problem']} | Laplace | (reference HMC: ESS {_fmt(r['ref_ess_bulk_min'])}, "
+                    f"R-hat {_fmt(r['ref_rhat_max'])}) | - | - | - | - | {_fmt(r['max_z'])} | "
+                    f"{_fmt(r['sd_ratio_min'])}-{_fmt(r['sd_ratio_max'])} ({_fmt(r['sd_ratio_mean'])}) | "
+                    f"{_fmt(r['ref_mcse_med'])} "
+                    "| - | - | - | - | - | - |"
+                )
                 continue
             lines.append(
                 f"| {r['problem']} | {r['sampler']} | {r['config']} | {_fmt(r['seconds'])} | {_fmt(r['ess_min'])} | "
@@ -424,22 +535,33 @@ def markdown_tables(records):
                 f"{_fmt(r['sd_ratio_min'])}-{_fmt(r['sd_ratio_max'])} ({_fmt(r['sd_ratio_mean'])}) | "
                 f"{_fmt(r['mcse_med'])} | {_fmt(r.get('step_size'))} | {_fmt(r.get('noise_eigenvalue'))} | "
                 f"{r.get('gradient')}/{r.get('preconditioner')} | {_fmt(r['pass_raw'])} | {_fmt(r['pass_mcse'])} | "
-                f"{_fmt(r['rhat_ok'])} |")
+                f"{_fmt(r['rhat_ok'])} |"
+            )
         lines.append("")
-    bad = [r for r in fits if "error" in r or not r.get("pass_mcse", False) or not r.get("rhat_ok", False)
-           or r.get("warnings")]
+    bad = [
+        r
+        for r in fits
+        if "error" in r or not r.get("pass_mcse", False) or not r.get("rhat_ok", False) or r.get("warnings")
+    ]
     if bad:
         lines += ["### failures, errors and warnings", ""]
         for r in bad:
-            where = f"{r['part']} {r.get('problem', '')} N={r['N']} D={r['D']} {r.get('variant', '')} {r['sampler']} " \
-                    f"{r['config']}"
+            where = (
+                f"{r['part']} {r.get('problem', '')} N={r['N']} D={r['D']} {r.get('variant', '')} {r['sampler']} "
+                f"{r['config']}"
+            )
             if "error" in r:
                 lines.append(f"- {where}: ERROR {r['error']}")
                 continue
             msg = []
             if not r["pass_mcse"]:
-                msg.append("fails (MCSE-adjusted): " + "; ".join(
-                    f"{f['param']} z={f['z']} ({f['z_over_mcse']} mcse) sd ratio={f['sd_ratio']}" for f in r["failing"]))
+                msg.append(
+                    "fails (MCSE-adjusted): "
+                    + "; ".join(
+                        f"{f['param']} z={f['z']} ({f['z_over_mcse']} mcse) sd ratio={f['sd_ratio']}"
+                        for f in r["failing"]
+                    )
+                )
             if not r["rhat_ok"]:
                 msg.append(f"R-hat {r['rhat_max']}")
             if r.get("warnings"):
@@ -463,40 +585,97 @@ def plot(records, path):
     for ax, variant in zip(axes[0, :2], ("known", "sampled")):
         for name in SG_SAMPLERS:
             for D in GAUSS_D:
-                rows = sorted((r for r in fits if r["part"] == "gaussian" and r["config"] == "default"
-                               and r["variant"] == variant and r["sampler"] == name and r["D"] == D),
-                              key=lambda r: r["N"])
+                rows = sorted(
+                    (
+                        r
+                        for r in fits
+                        if r["part"] == "gaussian"
+                        and r["config"] == "default"
+                        and r["variant"] == variant
+                        and r["sampler"] == name
+                        and r["D"] == D
+                    ),
+                    key=lambda r: r["N"],
+                )
                 if rows:
-                    ax.plot([r["N"] for r in rows], [r["max_z"] for r in rows], styles[D], marker="o",
-                            color=colors[name], label=f"{name} D={D}")
-            old = sorted((r for r in fits if r["part"] == "gaussian" and r["config"] == "old_default"
-                          and r["variant"] == variant and r["sampler"] == name), key=lambda r: r["N"])
+                    ax.plot(
+                        [r["N"] for r in rows],
+                        [r["max_z"] for r in rows],
+                        styles[D],
+                        marker="o",
+                        color=colors[name],
+                        label=f"{name} D={D}",
+                    )
+            old = sorted(
+                (
+                    r
+                    for r in fits
+                    if r["part"] == "gaussian"
+                    and r["config"] == "old_default"
+                    and r["variant"] == variant
+                    and r["sampler"] == name
+                ),
+                key=lambda r: r["N"],
+            )
             if old:
-                ax.plot([r["N"] for r in old], [r["max_z"] for r in old], ":", marker="x", color=colors[name],
-                        label=f"{name} old default D=5")
+                ax.plot(
+                    [r["N"] for r in old],
+                    [r["max_z"] for r in old],
+                    ":",
+                    marker="x",
+                    color=colors[name],
+                    label=f"{name} old default D=5",
+                )
         ax.axhline(Z_TOL, color="k", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel="N", ylabel="max |mean error| / sd",
-               title=f"linear regression, {variant} noise precision")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="N",
+            ylabel="max |mean error| / sd",
+            title=f"linear regression, {variant} noise precision",
+        )
     axes[0, 0].legend(fontsize=6, ncol=2)
     ax = axes[0, 2]
     for name in SG_SAMPLERS:
         for variant, marker in (("known", "o"), ("sampled", "s")):
             for D in GAUSS_D:
-                rows = sorted((r for r in fits if r["part"] == "gaussian" and r["config"] == "default"
-                               and r["variant"] == variant and r["sampler"] == name and r["D"] == D),
-                              key=lambda r: r["N"])
+                rows = sorted(
+                    (
+                        r
+                        for r in fits
+                        if r["part"] == "gaussian"
+                        and r["config"] == "default"
+                        and r["variant"] == variant
+                        and r["sampler"] == name
+                        and r["D"] == D
+                    ),
+                    key=lambda r: r["N"],
+                )
                 if rows:
                     dev = [max(abs(r["sd_ratio_min"] - 1), abs(r["sd_ratio_max"] - 1)) for r in rows]
                     ax.plot([r["N"] for r in rows], dev, styles[D], marker=marker, color=colors[name], ms=4)
     ax.axhline(SD_TOL, color="k", lw=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="N", ylabel="max |sd ratio - 1|",
-           title="linear regression sd (o known, s sampled; -- D=100)")
-    for ax, part, key, label in ((axes[1, 0], "a9a", "max_z", "max |mean error| / sd"),
-                                 (axes[1, 1], "a9a", "ess_per_s", "min bulk ESS per second"),
-                                 (axes[1, 2], "unscaled", "max_z", "max |mean error| / sd")):
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="N",
+        ylabel="max |sd ratio - 1|",
+        title="linear regression sd (o known, s sampled; -- D=100)",
+    )
+    for ax, part, key, label in (
+        (axes[1, 0], "a9a", "max_z", "max |mean error| / sd"),
+        (axes[1, 1], "a9a", "ess_per_s", "min bulk ESS per second"),
+        (axes[1, 2], "unscaled", "max_z", "max |mean error| / sd"),
+    ):
         # The a9a panels show both priors' parts (a9a: the papers', a9a_default: the estimators').
-        rows = [r for r in records if r.get("part") in ((part, "a9a_default") if part == "a9a" else (part,)) and r.get("kind") in ("fit", "laplace")
-                and "error" not in r and r.get(key) is not None]
+        rows = [
+            r
+            for r in records
+            if r.get("part") in ((part, "a9a_default") if part == "a9a" else (part,))
+            and r.get("kind") in ("fit", "laplace")
+            and "error" not in r
+            and r.get(key) is not None
+        ]
         if not rows:
             ax.set_visible(False)
             continue
@@ -521,10 +700,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("gaussian", "a9a", "a9a_default", "unscaled", "all"), default="all")
     parser.add_argument("--quick", action="store_true", help="small smoke version (N <= 1e4, D = 5, few fits)")
-    parser.add_argument("--samplers", default=None,
-                        help="comma-separated subset of " + ",".join(SG_SAMPLERS) + " (default: all; quick: mccadl,sgld)")
-    parser.add_argument("--report", action="store_true", help="print the tables of the last run in the jsonl and "
-                        "redraw the PNG; run nothing")
+    parser.add_argument(
+        "--samplers",
+        default=None,
+        help="comma-separated subset of " + ",".join(SG_SAMPLERS) + " (default: all; quick: mccadl,sgld)",
+    )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="print the tables of the last run in the jsonl and redraw the PNG; run nothing",
+    )
     args = parser.parse_args()
     suffix = "_quick" if args.quick else ""
     out_path = RESULTS / f"posterior_accuracy{suffix}.jsonl"
@@ -551,9 +736,20 @@ def main():
 
     import sklearn
 
-    emit({"kind": "meta", "part": args.part, "quick": args.quick, "samplers": list(samplers),
-          "argv": sys.argv[1:], "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **library_state(),
-          "python": platform.python_version(), "numpy": np.__version__, "sklearn": sklearn.__version__})
+    emit(
+        {
+            "kind": "meta",
+            "part": args.part,
+            "quick": args.quick,
+            "samplers": list(samplers),
+            "argv": sys.argv[1:],
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            **library_state(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "sklearn": sklearn.__version__,
+        }
+    )
     parts = ("gaussian", "a9a", "a9a_default", "unscaled") if args.part == "all" else (args.part,)
     t0 = time.perf_counter()
     for part in parts:

@@ -80,11 +80,18 @@ def main():
     fit_seconds = time.perf_counter() - t0
     sk = LogisticRegression(C=1.0 / est.alpha, max_iter=1000).fit(X, y)
 
-    row = {"benchmark": "predict_time", "problem": "a9a test rows tiled", "rows": args.rows,
-           "features": X.shape[1], "draws_stored": int(est.samples_.size // est.samples_.shape[-1]),
-           "min_bulk_ess": float(np.min(est.diagnostics_["ess"])), "draws_auto": int(est.n_predict_draws_),
-           "fit_seconds": fit_seconds, "cpu_count": os.cpu_count(),
-           "blas_threads": [i.get("num_threads") for i in threadpool_info() if i.get("user_api") == "blas"]}
+    row = {
+        "benchmark": "predict_time",
+        "problem": "a9a test rows tiled",
+        "rows": args.rows,
+        "features": X.shape[1],
+        "draws_stored": int(est.samples_.size // est.samples_.shape[-1]),
+        "min_bulk_ess": float(np.min(est.diagnostics_["ess"])),
+        "draws_auto": int(est.n_predict_draws_),
+        "fit_seconds": fit_seconds,
+        "cpu_count": os.cpu_count(),
+        "blas_threads": [i.get("num_threads") for i in threadpool_info() if i.get("user_api") == "blas"],
+    }
 
     t_before, p_before = best_of(lambda: before_predict_proba(est, X_pred), 1)
     est.set_params(n_predict_draws=None)
@@ -92,11 +99,12 @@ def main():
     est.set_params(n_predict_draws="auto")
     t_auto, p_auto = best_of(lambda: est.predict_proba(X_pred), args.repeats)
     t_sk, _ = best_of(lambda: sk.predict_proba(X_pred), args.repeats)
-    row.update(seconds={"before": t_before, "blocked_all_draws": t_all, "blocked_auto": t_auto, "sklearn": t_sk},
-               ratio_to_sklearn={"before": t_before / t_sk, "blocked_all_draws": t_all / t_sk,
-                                 "blocked_auto": t_auto / t_sk},
-               speedup_over_before={"blocked_all_draws": t_before / t_all, "blocked_auto": t_before / t_auto},
-               max_abs_diff_blocked_vs_before=float(np.abs(p_all - p_before).max()))
+    row.update(
+        seconds={"before": t_before, "blocked_all_draws": t_all, "blocked_auto": t_auto, "sklearn": t_sk},
+        ratio_to_sklearn={"before": t_before / t_sk, "blocked_all_draws": t_all / t_sk, "blocked_auto": t_auto / t_sk},
+        speedup_over_before={"blocked_all_draws": t_before / t_all, "blocked_auto": t_before / t_auto},
+        max_abs_diff_blocked_vs_before=float(np.abs(p_all - p_before).max()),
+    )
 
     # Accuracy of the thinned predictive on 500 distinct test rows.
     rows = X_test[:500]

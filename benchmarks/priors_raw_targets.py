@@ -39,10 +39,14 @@ def emit(record):
 def part_diabetes():
     X, y = load_diabetes(return_X_y=True)
     folds = KFold(5, shuffle=True, random_state=0)
-    for name, est in [("SGBayesLinearRegression defaults", SGBayesLinearRegression(random_state=0)),
-                      ("SGBayesLinearRegression papers' prior (alpha_intercept=1, normalize_y=False)",
-                       SGBayesLinearRegression(random_state=0, alpha_intercept=1.0, normalize_y=False)),
-                      ("BayesianRidge", BayesianRidge())]:
+    for name, est in [
+        ("SGBayesLinearRegression defaults", SGBayesLinearRegression(random_state=0)),
+        (
+            "SGBayesLinearRegression papers' prior (alpha_intercept=1, normalize_y=False)",
+            SGBayesLinearRegression(random_state=0, alpha_intercept=1.0, normalize_y=False),
+        ),
+        ("BayesianRidge", BayesianRidge()),
+    ]:
         pipe = make_pipeline(StandardScaler(), est)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -51,10 +55,18 @@ def part_diabetes():
             seconds = time.perf_counter() - t0
             cv = cross_val_score(pipe, X, y, cv=folds, scoring="r2")
         mean, sd = pipe.predict(X, return_std=True)
-        emit({"part": "diabetes", "estimator": name, "r2": round(r2_score(y, mean), 4),
-              "cv_r2": round(float(cv.mean()), 4), "intercept": round(float(pipe[-1].intercept_), 3),
-              "mean_predictive_sd": round(float(sd.mean()), 2), "fit_seconds": round(seconds, 3),
-              "warnings": sorted({type(w.message).__name__ for w in caught})})
+        emit(
+            {
+                "part": "diabetes",
+                "estimator": name,
+                "r2": round(r2_score(y, mean), 4),
+                "cv_r2": round(float(cv.mean()), 4),
+                "intercept": round(float(pipe[-1].intercept_), 3),
+                "mean_predictive_sd": round(float(sd.mean()), 2),
+                "fit_seconds": round(seconds, 3),
+                "warnings": sorted({type(w.message).__name__ for w in caught}),
+            }
+        )
 
 
 def part_equivariance():
@@ -64,11 +76,20 @@ def part_equivariance():
     a = SGBayesLinearRegression(random_state=0).fit(X, y)
     b = SGBayesLinearRegression(random_state=0).fit(X, c * y + d)
     scale = np.abs(a.coef_samples_).max()
-    emit({"part": "equivariance", "c": c, "d": d,
-          "coef_max_rel_diff": float(np.abs(b.coef_samples_ / c - a.coef_samples_).max() / scale),
-          "intercept_max_rel_diff": float(np.abs((b.intercept_samples_ - d) / c - a.intercept_samples_).max() / scale),
-          "noise_precision_max_rel_diff": float(np.abs(b.noise_precision_samples_ * c**2
-                                                       / a.noise_precision_samples_ - 1).max())})
+    emit(
+        {
+            "part": "equivariance",
+            "c": c,
+            "d": d,
+            "coef_max_rel_diff": float(np.abs(b.coef_samples_ / c - a.coef_samples_).max() / scale),
+            "intercept_max_rel_diff": float(
+                np.abs((b.intercept_samples_ - d) / c - a.intercept_samples_).max() / scale
+            ),
+            "noise_precision_max_rel_diff": float(
+                np.abs(b.noise_precision_samples_ * c**2 / a.noise_precision_samples_ - 1).max()
+            ),
+        }
+    )
 
 
 def best_of(f, n, repeats=5):
@@ -93,9 +114,17 @@ def part_prior_cost():
     t_papers = best_of(lambda: papers.grad_log_prior(theta), 20_000)
     t_default = best_of(lambda: default.grad_log_prior(theta), 20_000)
     t_batch = best_of(lambda: papers.per_example_gradients(theta, idx).mean(), 2_000)
-    emit({"part": "prior_cost", "P": D + 1, "isotropic_seconds": t_papers, "per_coefficient_seconds": t_default,
-          "ratio": t_default / t_papers, "minibatch_gradient_seconds": t_batch,
-          "per_coefficient_over_minibatch": t_default / t_batch})
+    emit(
+        {
+            "part": "prior_cost",
+            "P": D + 1,
+            "isotropic_seconds": t_papers,
+            "per_coefficient_seconds": t_default,
+            "ratio": t_default / t_papers,
+            "minibatch_gradient_seconds": t_batch,
+            "per_coefficient_over_minibatch": t_default / t_batch,
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -148,8 +148,7 @@ def find_map(model, X, alpha, max_iter=200):
             new_logp, new_grad = model.log_posterior_and_grad(theta + step)
         theta = theta + t * step
         logp, grad = new_logp, new_grad
-    raise RuntimeError(f"Newton's method did not converge in {max_iter} iterations "
-                       f"(decrement {decrement:.3g})")
+    raise RuntimeError(f"Newton's method did not converge in {max_iter} iterations (decrement {decrement:.3g})")
 
 
 # ---------------------------------------------------------------------------------------
@@ -232,7 +231,7 @@ class HMCChain:
             accept_prob = self.step()
             h_bar += ((TARGET_ACCEPT - accept_prob) - h_bar) / (t + t0)
             log_eps = mu - np.sqrt(t) / gamma * h_bar
-            weight = t ** -kappa
+            weight = t**-kappa
             log_eps_bar = weight * log_eps + (1 - weight) * log_eps_bar
             self.step_size = float(np.exp(log_eps))
         self.step_size = float(np.exp(log_eps_bar))
@@ -253,8 +252,12 @@ class HMCChain:
 # ---------------------------------------------------------------------------------------
 def diagnose(thetas):
     """Per-coordinate diagnostics of draws of shape (chains, draws, P)."""
-    return {"ess_bulk": ess_bulk(thetas), "ess_tail": ess_tail(thetas),
-            "rhat": split_rhat(thetas), "mcse_mean": mcse_mean(thetas)}
+    return {
+        "ess_bulk": ess_bulk(thetas),
+        "ess_tail": ess_tail(thetas),
+        "rhat": split_rhat(thetas),
+        "mcse_mean": mcse_mean(thetas),
+    }
 
 
 def run_hmc(target, n_chains, n_warmup, n_draws, seed, max_draws, log):
@@ -302,22 +305,28 @@ def laplace_discrepancy(theta_map, laplace_sd, mean, sd):
     """Largest ``|map - mean| / sd`` and ``|laplace_sd / sd - 1|`` over coordinates."""
     mean_dev = np.abs(theta_map - mean) / sd
     sd_dev = np.abs(laplace_sd / sd - 1.0)
-    return {"laplace_mean_dev_max": float(mean_dev.max()),
-            "laplace_mean_dev_argmax": int(mean_dev.argmax()),
-            "laplace_sd_dev_max": float(sd_dev.max()),
-            "laplace_sd_dev_argmax": int(sd_dev.argmax())}
+    return {
+        "laplace_mean_dev_max": float(mean_dev.max()),
+        "laplace_mean_dev_argmax": int(mean_dev.argmax()),
+        "laplace_sd_dev_max": float(sd_dev.max()),
+        "laplace_sd_dev_argmax": int(sd_dev.argmax()),
+    }
 
 
 def _commit():
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
 
-def compute_reference(name, *, n_chains=4, n_warmup=500, n_draws=2500, max_draws=100_000, seed=0,
-                      log=print):
+def compute_reference(name, *, n_chains=4, n_warmup=500, n_draws=2500, max_draws=100_000, seed=0, log=print):
     """Compute, save and return the reference summary of problem ``name``.
 
     Returns
@@ -340,8 +349,7 @@ def compute_reference(name, *, n_chains=4, n_warmup=500, n_draws=2500, max_draws
     H = neg_log_posterior_hessian(theta_map, X, precision)
     laplace_cov = cho_solve(cho_factor(H), np.eye(H.shape[0]))
     laplace_sd = np.sqrt(np.diag(laplace_cov))
-    log(f"{name}: N={X.shape[0]} D={X.shape[1]}, MAP in {newton_iter} Newton iterations, "
-        f"model check {check}")
+    log(f"{name}: N={X.shape[0]} D={X.shape[1]}, MAP in {newton_iter} Newton iterations, model check {check}")
 
     target = WhitenedTarget(model, theta_map, H)
     thetas, diag, stats = run_hmc(target, n_chains, n_warmup, n_draws, seed_seq, max_draws, log)
@@ -351,28 +359,56 @@ def compute_reference(name, *, n_chains=4, n_warmup=500, n_draws=2500, max_draws
     seconds = time.perf_counter() - start
 
     record = {
-        "problem": name, "n_samples": X.shape[0], "n_features": X.shape[1], "alpha": alpha,
+        "problem": name,
+        "n_samples": X.shape[0],
+        "n_features": X.shape[1],
+        "alpha": alpha,
         "alpha_intercept": alpha_intercept,
-        "n_chains": n_chains, "n_warmup": n_warmup, "n_draws": int(pooled.shape[0]), **stats,
+        "n_chains": n_chains,
+        "n_warmup": n_warmup,
+        "n_draws": int(pooled.shape[0]),
+        **stats,
         "n_grad_evals": target.n_evals,
-        "ess_bulk_min": float(diag["ess_bulk"].min()), "ess_tail_min": float(diag["ess_tail"].min()),
+        "ess_bulk_min": float(diag["ess_bulk"].min()),
+        "ess_tail_min": float(diag["ess_tail"].min()),
         "rhat_max": float(diag["rhat"].max()),
         "mcse_over_sd_max": float((diag["mcse_mean"] / sd).max()),
         **laplace_discrepancy(theta_map, laplace_sd, mean, sd),
-        "seconds": round(seconds, 1), "seed": seed, "commit": _commit(),
+        "seconds": round(seconds, 1),
+        "seed": seed,
+        "commit": _commit(),
     }
     RESULTS_DIR.mkdir(exist_ok=True)
     np.savez_compressed(
-        reference_path(name), mean=mean, sd=sd, cov=cov, map=theta_map, laplace_sd=laplace_sd,
-        hessian=H, ess_bulk=diag["ess_bulk"], ess_tail=diag["ess_tail"], rhat=diag["rhat"],
-        mcse_mean=diag["mcse_mean"], n_draws=pooled.shape[0], n_chains=n_chains,
-        ess_bulk_min=record["ess_bulk_min"], ess_tail_min=record["ess_tail_min"],
-        rhat_max=record["rhat_max"], step_size=stats["step_size"], accept_rate=stats["accept_rate"],
-        seconds=seconds, seed=seed, alpha=alpha, alpha_intercept=alpha_intercept,
-        prior_precision=np.broadcast_to(precision, theta_map.shape), fit_intercept=fit_intercept,
-        n_samples=X.shape[0], n_features=X.shape[1],
+        reference_path(name),
+        mean=mean,
+        sd=sd,
+        cov=cov,
+        map=theta_map,
+        laplace_sd=laplace_sd,
+        hessian=H,
+        ess_bulk=diag["ess_bulk"],
+        ess_tail=diag["ess_tail"],
+        rhat=diag["rhat"],
+        mcse_mean=diag["mcse_mean"],
+        n_draws=pooled.shape[0],
+        n_chains=n_chains,
+        ess_bulk_min=record["ess_bulk_min"],
+        ess_tail_min=record["ess_tail_min"],
+        rhat_max=record["rhat_max"],
+        step_size=stats["step_size"],
+        accept_rate=stats["accept_rate"],
+        seconds=seconds,
+        seed=seed,
+        alpha=alpha,
+        alpha_intercept=alpha_intercept,
+        prior_precision=np.broadcast_to(precision, theta_map.shape),
+        fit_intercept=fit_intercept,
+        n_samples=X.shape[0],
+        n_features=X.shape[1],
         laplace_mean_dev_max=record["laplace_mean_dev_max"],
-        laplace_sd_dev_max=record["laplace_sd_dev_max"])
+        laplace_sd_dev_max=record["laplace_sd_dev_max"],
+    )
     with open(RESULTS_DIR / "reference_posterior.jsonl", "a") as fh:
         fh.write(json.dumps(record) + "\n")
     return record
@@ -394,8 +430,13 @@ def main(argv=None):
     # (measured 3.5x slower per gradient on a9a with the other core loaded).
     with threadpool_limits(1):
         for name in names:
-            record = compute_reference(name, n_warmup=args.warmup, n_draws=args.draws, seed=args.seed,
-                                       log=lambda msg: print(msg, file=sys.stderr, flush=True))
+            record = compute_reference(
+                name,
+                n_warmup=args.warmup,
+                n_draws=args.draws,
+                seed=args.seed,
+                log=lambda msg: print(msg, file=sys.stderr, flush=True),
+            )
             print(json.dumps(record), flush=True)
 
 

@@ -52,8 +52,9 @@ def targets(model):
     chain = WhitenedModel(model, theta_map, L)
     centre = chain.from_theta(theta_map)
     plain = MinibatchGradient(chain, 200, row_probabilities=weight_probabilities(model))
-    cv = ControlVariateGradient(chain, 200, theta_hat=centre,
-                                row_probabilities=leverage_probabilities(model, theta_map, L))
+    cv = ControlVariateGradient(
+        chain, 200, theta_hat=centre, row_probabilities=leverage_probabilities(model, theta_map, L)
+    )
     return chain, plain, cv
 
 
@@ -77,12 +78,27 @@ def main():
                 fns.append(lambda chain=chain: chain.log_posterior_and_grad(z))
         for name, t in zip(runs, per_call(fns, 500 if kind != "full" else 5)):
             out[(kind, name)] = t
-    rows = [{"gradient": kind, "seconds_unweighted": out[(kind, "unweighted")],
-             "seconds_weighted": out[(kind, "weighted")],
-             "ratio_weighted_over_unweighted": out[(kind, "weighted")] / out[(kind, "unweighted")]}
-            for kind in ("minibatch", "control_variate", "full")]
-    print(json.dumps({"benchmark": "sample_weight_overhead", "data": "a9a", "weights": "balanced",
-                      "batch_size": 200, "results": rows}, indent=1))
+    rows = [
+        {
+            "gradient": kind,
+            "seconds_unweighted": out[(kind, "unweighted")],
+            "seconds_weighted": out[(kind, "weighted")],
+            "ratio_weighted_over_unweighted": out[(kind, "weighted")] / out[(kind, "unweighted")],
+        }
+        for kind in ("minibatch", "control_variate", "full")
+    ]
+    print(
+        json.dumps(
+            {
+                "benchmark": "sample_weight_overhead",
+                "data": "a9a",
+                "weights": "balanced",
+                "batch_size": 200,
+                "results": rows,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

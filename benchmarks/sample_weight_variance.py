@@ -76,8 +76,8 @@ def main():
         theta_map = _map_estimate(model)
         L = curvature_factor(model, theta_map, "dense")
         unweighted = LogisticModel(X, y)
-        h_w = model.leverage_scores(theta_map, L)            # w_i h_i
-        h_0 = unweighted.leverage_scores(theta_map, L)       # h_i
+        h_w = model.leverage_scores(theta_map, L)  # w_i h_i
+        h_0 = unweighted.leverage_scores(theta_map, L)  # h_i
         probs = {
             "minibatch": {"reweight": np.full(N, 1.0 / N), "fold": w / w.sum()},
             "control_variate": {
@@ -91,14 +91,20 @@ def main():
         for _ in range(N_POINTS):
             theta = theta_map + L @ prng.standard_normal(model.n_params)
             rows = np.arange(N)
-            G = {"minibatch": model.per_example_gradients(theta, rows).to_dense() @ L,
-                 "control_variate": model.per_example_gradient_differences(theta, theta_map, rows).to_dense() @ L}
+            G = {
+                "minibatch": model.per_example_gradients(theta, rows).to_dense() @ L,
+                "control_variate": model.per_example_gradient_differences(theta, theta_map, rows).to_dense() @ L,
+            }
             for kind, options in probs.items():
                 for option, p in options.items():
                     acc[kind][option] += np.array(noise(G[kind], p)) / N_POINTS
         for kind, options in acc.items():
-            row = {"weights": name, "gradient": kind, "n_zero_weight": int((w == 0).sum()),
-                   "weight_cv": float(w.std() / w.mean())}
+            row = {
+                "weights": name,
+                "gradient": kind,
+                "n_zero_weight": int((w == 0).sum()),
+                "weight_cv": float(w.std() / w.mean()),
+            }
             for option, (tr, smax) in options.items():
                 row[f"trace_{option}"] = tr
                 row[f"sigma_max_{option}"] = smax
@@ -106,8 +112,19 @@ def main():
             row["sigma_max_ratio_reweight_over_fold"] = row["sigma_max_reweight"] / row["sigma_max_fold"]
             results.append(row)
             print(json.dumps(row), file=sys.stderr)
-    print(json.dumps({"benchmark": "sample_weight_variance", "data": "a9a", "n_points": N_POINTS,
-                      "batch_size": 1, "units": "whitened", "results": results}, indent=1))
+    print(
+        json.dumps(
+            {
+                "benchmark": "sample_weight_variance",
+                "data": "a9a",
+                "n_points": N_POINTS,
+                "batch_size": 1,
+                "units": "whitened",
+                "results": results,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

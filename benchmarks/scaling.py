@@ -41,9 +41,16 @@ SECTIONS = ("a9a", "memmap", "workers")
 
 
 def _fit(X, y, n_iter, n_chains=1, n_jobs=None, batch_size=500):
-    est = SGBayesLogisticRegression(sampler=SGNHT(step_size=1e-4), n_iter=n_iter, n_chains=n_chains,
-                                    n_jobs=n_jobs, batch_size=batch_size, init="zeros", random_state=0,
-                                    max_draws=100)
+    est = SGBayesLogisticRegression(
+        sampler=SGNHT(step_size=1e-4),
+        n_iter=n_iter,
+        n_chains=n_chains,
+        n_jobs=n_jobs,
+        batch_size=batch_size,
+        init="zeros",
+        random_state=0,
+        max_draws=100,
+    )
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -64,7 +71,11 @@ def fit_stats(X, y, n_iter):
     _fit(X, y, n_iter)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    return (full - short) / (n_iter - n_iter // 10), peak / 1e6, full - (full - short) * n_iter / (n_iter - n_iter // 10)
+    return (
+        (full - short) / (n_iter - n_iter // 10),
+        peak / 1e6,
+        full - (full - short) * n_iter / (n_iter - n_iter // 10),
+    )
 
 
 def default_fit_stats(X, y, n_iter):
@@ -89,8 +100,8 @@ def synthetic_memmap(path, n_rows, n_features=20, chunk=500_000):
     y = np.empty(n_rows)
     for start in range(0, n_rows, chunk):
         block = rng.normal(size=(min(chunk, n_rows - start), n_features))
-        X[start:start + len(block)] = block
-        y[start:start + len(block)] = (block @ w + rng.logistic(size=len(block)) > 0)
+        X[start : start + len(block)] = block
+        y[start : start + len(block)] = block @ w + rng.logistic(size=len(block)) > 0
     X.flush()
     del X
     return np.load(path, mmap_mode="r"), y
@@ -100,8 +111,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--max-rows", type=int, default=10_000_000)
-    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
-                        help="which parts to run (default: all)")
+    parser.add_argument(
+        "--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="which parts to run (default: all)"
+    )
     args = parser.parse_args()
     n_iter = 300 if args.quick else 2000
     max_rows = min(args.max_rows, 1_000_000) if args.quick else args.max_rows
@@ -113,9 +125,20 @@ def main():
         X, y = np.tile(X0, (reps, 1)), np.tile(y0, reps)
         for kind, Xk in (("dense", X), ("csr", sp.csr_matrix(X))):
             per_iter, peak, fixed = fit_stats(Xk, y, n_iter)
-            print(json.dumps({"data": f"a9a x{reps}", "format": kind, "n_rows": X.shape[0], "n_iter": n_iter,
-                              "us_per_iter": round(1e6 * per_iter, 1), "fixed_s": round(fixed, 3),
-                              "peak_mb": round(peak, 1)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "data": f"a9a x{reps}",
+                        "format": kind,
+                        "n_rows": X.shape[0],
+                        "n_iter": n_iter,
+                        "us_per_iter": round(1e6 * per_iter, 1),
+                        "fixed_s": round(fixed, 3),
+                        "peak_mb": round(peak, 1),
+                    }
+                ),
+                flush=True,
+            )
         del X
 
     with tempfile.TemporaryDirectory(dir=os.environ.get("SCALING_TMP")) as tmp:
@@ -126,11 +149,20 @@ def main():
             per_iter, peak, fixed = fit_stats(X, y, n_iter)
             default_s, default_peak = default_fit_stats(X, y, n_iter)
             data_mb = X.nbytes / 1e6
-            row = {"data": "synthetic memmap", "n_rows": n, "n_features": X.shape[1],
-                   "data_mb": round(data_mb, 1), "n_iter": n_iter, "us_per_iter": round(1e6 * per_iter, 1),
-                   "fixed_s": round(fixed, 3), "peak_mb": round(peak, 3), "peak_over_data": round(peak / data_mb, 4),
-                   "default_fit_s": round(default_s, 2), "default_peak_mb": round(default_peak, 3),
-                   "default_peak_over_data": round(default_peak / data_mb, 4)}
+            row = {
+                "data": "synthetic memmap",
+                "n_rows": n,
+                "n_features": X.shape[1],
+                "data_mb": round(data_mb, 1),
+                "n_iter": n_iter,
+                "us_per_iter": round(1e6 * per_iter, 1),
+                "fixed_s": round(fixed, 3),
+                "peak_mb": round(peak, 3),
+                "peak_over_data": round(peak / data_mb, 4),
+                "default_fit_s": round(default_s, 2),
+                "default_peak_mb": round(default_peak, 3),
+                "default_peak_over_data": round(default_peak / data_mb, 4),
+            }
             if previous is not None:
                 row["peak_growth_b_per_row"] = round(1e6 * (peak - previous[1]) / (n - previous[0]), 2)
                 row["default_peak_growth_b_per_row"] = round(1e6 * (default_peak - previous[2]) / (n - previous[0]), 2)
@@ -145,8 +177,9 @@ def main():
     X, y = np.tile(X0, (4, 1)), np.tile(y0, 4)
     for n_jobs in (1, 2):
         seconds = _fit(X, y, n_iter * 10, n_chains=4, n_jobs=n_jobs)
-        print(json.dumps({"chains": 4, "n_jobs": n_jobs, "n_iter": n_iter * 10, "seconds": round(seconds, 2)}),
-              flush=True)
+        print(
+            json.dumps({"chains": 4, "n_jobs": n_jobs, "n_iter": n_iter * 10, "seconds": round(seconds, 2)}), flush=True
+        )
 
 
 if __name__ == "__main__":

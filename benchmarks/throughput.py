@@ -36,9 +36,8 @@ from threadpoolctl import threadpool_limits
 
 from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg._chains import run_chain
-from skbayes_sg.samplers import FitContext
 from skbayes_sg.models import LogisticModel
-from skbayes_sg.samplers import SAMPLERS
+from skbayes_sg.samplers import SAMPLERS, FitContext
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -55,8 +54,19 @@ def load_a9a():
 def time_chain(sampler, model, n_steps, scheme, h):
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
-        res = run_chain(sampler, model, np.zeros(model.n_params), n_steps, n_steps // 5, 10, 1000, BATCH, scheme,
-                        np.random.SeedSequence(0), FitContext(step=(h, {})))
+        res = run_chain(
+            sampler,
+            model,
+            np.zeros(model.n_params),
+            n_steps,
+            n_steps // 5,
+            10,
+            1000,
+            BATCH,
+            scheme,
+            np.random.SeedSequence(0),
+            FitContext(step=(h, {})),
+        )
     seconds = time.perf_counter() - t0
     assert np.isfinite(res.draws).all()
     return seconds
@@ -77,8 +87,13 @@ def blackjax(passes, h, A):
     if not ANCHOR.exists():
         return {}
     script = SHARED / "bench" / "bench_blackjax_sgmcmc.py"
-    out = subprocess.run([str(ANCHOR), str(script), str(SHARED / "data" / "a9a.npz"), str(passes), str(h), str(A)],
-                         capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    out = subprocess.run(
+        [str(ANCHOR), str(script), str(SHARED / "data" / "a9a.npz"), str(passes), str(h), str(A)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     return {r["sampler"]: r for r in rows}
 
@@ -133,17 +148,37 @@ def main():
                     ref[name] = row
     ours = {key: n_steps / seconds for key, seconds in best.items()}
     for (name, scheme), seconds in best.items():
-        emit({"library": "skbayes_sg", "sampler": name, "batch_scheme": scheme, "batch": BATCH, "h": h,
-              "blas_threads": 1, "steps": n_steps, "seconds": round(seconds, 3),
-              "steps_per_s": round(n_steps / seconds)})
+        emit(
+            {
+                "library": "skbayes_sg",
+                "sampler": name,
+                "batch_scheme": scheme,
+                "batch": BATCH,
+                "h": h,
+                "blas_threads": 1,
+                "steps": n_steps,
+                "seconds": round(seconds, 3),
+                "steps_per_s": round(n_steps / seconds),
+            }
+        )
     for scheme in ("replacement", "epochs"):
         if ("mccadl", scheme) in ours:
-            emit({"ratio": "mccadl iteration cost over sghmc (ours)", "batch_scheme": scheme,
-                  "cost_ratio": round(ours[("sghmc", scheme)] / ours[("mccadl", scheme)], 2)})
+            emit(
+                {
+                    "ratio": "mccadl iteration cost over sghmc (ours)",
+                    "batch_scheme": scheme,
+                    "cost_ratio": round(ours[("sghmc", scheme)] / ours[("mccadl", scheme)], 2),
+                }
+            )
     fixed = min(fit_fixed_cost(X, y) for _ in range(repeats))
-    emit({"library": "skbayes_sg", "what": "fit() with n_iter=50, one chain, init='map', "
-          "step_size='auto' (fixed cost: validation, MAP, curvature, noise probe, diagnostics)",
-          "seconds": round(fixed, 3)})
+    emit(
+        {
+            "library": "skbayes_sg",
+            "what": "fit() with n_iter=50, one chain, init='map', "
+            "step_size='auto' (fixed cost: validation, MAP, curvature, noise probe, diagnostics)",
+            "seconds": round(fixed, 3),
+        }
+    )
     if not with_blackjax:
         if not (args.quick or args.no_blackjax):
             emit({"blackjax": "skipped: ~/anchor-venv not found (see ../shared/bench/README.md)"})
@@ -152,13 +187,22 @@ def main():
             emit({"library": "blackjax", **row})
             for scheme in ("replacement", "epochs"):
                 if (name, scheme) in ours:
-                    emit({"ratio": f"skbayes_sg/{scheme} over blackjax", "sampler": name,
-                          "speedup": round(ours[(name, scheme)] / row["steps_per_s"], 2)})
+                    emit(
+                        {
+                            "ratio": f"skbayes_sg/{scheme} over blackjax",
+                            "sampler": name,
+                            "speedup": round(ours[(name, scheme)] / row["steps_per_s"], 2),
+                        }
+                    )
                 if name == "sghmc":
                     for variant in ["mccadl", *variants]:
                         if (variant, scheme) in ours:
-                            emit({"ratio": f"skbayes_sg {variant}/{scheme} over blackjax sghmc",
-                                  "speedup": round(ours[(variant, scheme)] / row["steps_per_s"], 2)})
+                            emit(
+                                {
+                                    "ratio": f"skbayes_sg {variant}/{scheme} over blackjax sghmc",
+                                    "speedup": round(ours[(variant, scheme)] / row["steps_per_s"], 2),
+                                }
+                            )
     if not args.quick:
         with open(args.out, "w") as fh:
             for row in rows:

@@ -54,13 +54,17 @@ def _import_base(path):
     import importlib.util
 
     root = Path(path) / "skbayes_sg"
-    spec = importlib.util.spec_from_file_location("skbayes_sg_base", root / "__init__.py",
-                                                  submodule_search_locations=[str(root)])
+    spec = importlib.util.spec_from_file_location(
+        "skbayes_sg_base", root / "__init__.py", submodule_search_locations=[str(root)]
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["skbayes_sg_base"] = module
     spec.loader.exec_module(module)
-    return importlib.import_module("skbayes_sg_base.models.drbm"), importlib.import_module("skbayes_sg_base.samplers"), \
-        importlib.import_module("skbayes_sg_base.minibatch")
+    return (
+        importlib.import_module("skbayes_sg_base.models.drbm"),
+        importlib.import_module("skbayes_sg_base.samplers"),
+        importlib.import_module("skbayes_sg_base.minibatch"),
+    )
 
 
 class _Variant:
@@ -117,8 +121,12 @@ def main():
     parser.add_argument("--h", type=float, default=2e-2)
     parser.add_argument("--A", type=float, default=10.0)
     parser.add_argument("--dtype", nargs="+", default=["float64", "float32"])
-    parser.add_argument("--data", choices=["letter", "digits"], default="letter",
-                        help="letter (H = 100, C = 26, batches of 1,000) or digits (C = 10, batches of 200)")
+    parser.add_argument(
+        "--data",
+        choices=["letter", "digits"],
+        default="letter",
+        help="letter (H = 100, C = 26, batches of 1,000) or digits (C = 10, batches of 200)",
+    )
     parser.add_argument("--base", help="package root of an earlier commit, timed alongside")
     args = parser.parse_args()
     rounds, iters = (10, 3) if args.quick else (args.rounds, args.iters)
@@ -134,11 +142,17 @@ def main():
         variants = []
         if args.base:
             b_drbm, b_samplers, b_minibatch = _import_base(args.base)
-            variants.append(_Variant("base", "float64", b_drbm, b_samplers, b_minibatch, X, y, C, batch, args.h,
-                                     args.A, args.warmup))
+            variants.append(
+                _Variant(
+                    "base", "float64", b_drbm, b_samplers, b_minibatch, X, y, C, batch, args.h, args.A, args.warmup
+                )
+            )
         for dtype in args.dtype:
-            variants.append(_Variant("head", dtype, head_drbm, head_samplers, head_minibatch, X, y, C, batch, args.h,
-                                     args.A, args.warmup))
+            variants.append(
+                _Variant(
+                    "head", dtype, head_drbm, head_samplers, head_minibatch, X, y, C, batch, args.h, args.A, args.warmup
+                )
+            )
         # Interleaved: every round times every variant, so a change of load on the shared
         # machine hits all of them alike; per-round ratios then cancel it.
         for _ in range(rounds):
@@ -147,8 +161,14 @@ def main():
                 var.iterate(iters)
     rows = []
     for var in variants:
-        row = {"benchmark": "throughput_drbm", "data": args.data, **var.tags, "n_batch": batch,
-               "n_params": var.model.n_params, "rounds": rounds}
+        row = {
+            "benchmark": "throughput_drbm",
+            "data": args.data,
+            **var.tags,
+            "n_batch": batch,
+            "n_params": var.model.n_params,
+            "rounds": rounds,
+        }
         row.update({k: float(np.median(v)) for k, v in var.times.items()})
         if "mccadl_ms_per_iter" in row and "sghmc_ms_per_iter" in row:
             row["ratio_mccadl_to_sghmc"] = row["mccadl_ms_per_iter"] / row["sghmc_ms_per_iter"]

@@ -46,8 +46,10 @@ clf = make_pipeline(
 )
 clf.fit(X, y)
 bayes = clf[-1]
-print(f"sampler {type(bayes._sampler).__name__}, step size {bayes.diagnostics_['step_size']:.3g}, "
-      f"{bayes.samples_.shape[0]} chains x {bayes.samples_.shape[1]} draws")
+print(
+    f"sampler {type(bayes._sampler).__name__}, step size {bayes.diagnostics_['step_size']:.3g}, "
+    f"{bayes.samples_.shape[0]} chains x {bayes.samples_.shape[1]} draws"
+)
 print(bayes.summary())
 
 # %%
@@ -57,7 +59,7 @@ xx, yy = np.meshgrid(np.linspace(-2.0, 3.0, 120), np.linspace(-1.6, 2.1, 100))
 grid = np.c_[xx.ravel(), yy.ravel()]
 features = clf[:-1].transform(grid)
 p_draws = bayes.predict_proba_samples(features)  # (n_draws, n_points, 2)
-p_mean = p_draws.mean(axis=0)                       # the same as clf.predict_proba(grid)
+p_mean = p_draws.mean(axis=0)  # the same as clf.predict_proba(grid)
 
 
 def entropy(p):

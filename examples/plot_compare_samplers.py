@@ -42,15 +42,23 @@ N, P, tau, alpha = 2000, 5, 4.0, 1.0
 cov = 0.5 ** np.abs(np.subtract.outer(np.arange(P), np.arange(P)))  # correlated features
 X = rng.multivariate_normal(np.zeros(P), cov, size=N)
 w_true = rng.normal(size=P)
-y = X @ w_true + rng.normal(scale=tau ** -0.5, size=N)
+y = X @ w_true + rng.normal(scale=tau**-0.5, size=N)
 
 S = np.linalg.inv(tau * X.T @ X + alpha * np.eye(P))
 m = tau * S @ X.T @ y
 sd_exact = np.sqrt(np.diag(S))
 
 # normalize_y=False: the prior N(0, 1/alpha) in y's units, the one the exact posterior above uses.
-common = dict(noise_precision=tau, alpha=alpha, fit_intercept=False, normalize_y=False, n_iter=N_ITER, n_chains=2,
-              init="map", random_state=0)
+common = dict(
+    noise_precision=tau,
+    alpha=alpha,
+    fit_intercept=False,
+    normalize_y=False,
+    n_iter=N_ITER,
+    n_chains=2,
+    init="map",
+    random_state=0,
+)
 samplers = {
     "SGLD": (SGLD(), 200),
     "SGHMC": (SGHMC(), 200),
@@ -136,8 +144,9 @@ for name, cls in schemes.items():
     errors = []
     for f in factors:
         try:
-            reg = SGBayesLinearRegression(sampler=cls(step_size=f * h_ref), batch_size=200,
-                                          **{**common, "n_iter": n_sweep}).fit(X, y)
+            reg = SGBayesLinearRegression(
+                sampler=cls(step_size=f * h_ref), batch_size=200, **{**common, "n_iter": n_sweep}
+            ).fit(X, y)
             var = reg.samples_.reshape(-1, P).var(axis=0)
             errors.append(np.max(np.abs(var / sd_exact**2 - 1)))
         except DivergenceError:
@@ -151,9 +160,14 @@ fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
 h = np.array(factors) * h_ref
 for name, errors in results.items():
     ok = np.isfinite(errors)
-    line, = ax.plot(h[ok], errors[ok], "o-", label=name)
+    (line,) = ax.plot(h[ok], errors[ok], "o-", label=name)
     ax.plot(h[~ok], np.full((~ok).sum(), top), "x", color=line.get_color(), ms=10, mew=2)
-ax.set(xscale="log", yscale="log", xlabel="step size h", ylabel="largest relative error of posterior variance",
-       title="accuracy against step size (x: diverged)")
+ax.set(
+    xscale="log",
+    yscale="log",
+    xlabel="step size h",
+    ylabel="largest relative error of posterior variance",
+    title="accuracy against step size (x: diverged)",
+)
 ax.legend()
 plt.show()

@@ -39,16 +39,19 @@ X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.4, random_
 # "predictive_rhat" and "predictive_ess", printed below).
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", ConvergenceWarning)
-    drbm = SGBayesDRBMClassifier(n_hidden=32, sampler="mccadl", batch_size=100, n_iter=N_ITER, n_chains=2,
-                                 random_state=0).fit(X_train, y_train)
+    drbm = SGBayesDRBMClassifier(
+        n_hidden=32, sampler="mccadl", batch_size=100, n_iter=N_ITER, n_chains=2, random_state=0
+    ).fit(X_train, y_train)
 point = LogisticRegression(max_iter=2000).fit(X_train, y_train)
 
 for name, model in [("SGBayesDRBMClassifier (mCCAdL)", drbm), ("LogisticRegression", point)]:
     proba = model.predict_proba(X_test)
     print(f"{name:<32} accuracy {accuracy_score(y_test, proba.argmax(1)):.3f}   log loss {log_loss(y_test, proba):.3f}")
-print(f"{drbm.samples_.shape[2]} parameters, step size {drbm.diagnostics_['step_size']:.3g}, "
-      f"mean kinetic temperature {drbm.diagnostics_['mean_kinetic_temperature']:.3f}, "
-      f"predictive R-hat {drbm.diagnostics_['predictive_rhat']:.3f}, ESS {drbm.diagnostics_['predictive_ess']:.0f}")
+print(
+    f"{drbm.samples_.shape[2]} parameters, step size {drbm.diagnostics_['step_size']:.3g}, "
+    f"mean kinetic temperature {drbm.diagnostics_['mean_kinetic_temperature']:.3f}, "
+    f"predictive R-hat {drbm.diagnostics_['predictive_rhat']:.3f}, ESS {drbm.diagnostics_['predictive_ess']:.0f}"
+)
 
 # %%
 # Uncertainty flags mistakes
@@ -57,8 +60,7 @@ proba = drbm.predict_proba(X_test)
 entropy = -(proba * np.log(np.clip(proba, 1e-12, 1))).sum(axis=1)
 wrong = proba.argmax(axis=1) != y_test
 
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained",
-                               gridspec_kw={"width_ratios": [1.2, 1]})
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained", gridspec_kw={"width_ratios": [1.2, 1]})
 bins = np.linspace(0, entropy.max() + 1e-9, 30)
 ax1.hist(entropy[~wrong], bins=bins, alpha=0.7, label=f"correct ({(~wrong).sum()})", density=True)
 ax1.hist(entropy[wrong], bins=bins, alpha=0.7, label=f"misclassified ({wrong.sum()})", density=True)
@@ -70,8 +72,11 @@ order = np.argsort(entropy)
 kept = np.arange(1, len(order) + 1)
 acc = np.cumsum(~wrong[order]) / kept
 ax2.plot(100 * kept / len(order), acc)
-ax2.set(xlabel="% of test digits kept (most certain first)", ylabel="accuracy on those kept",
-        title="abstaining on uncertain digits")
+ax2.set(
+    xlabel="% of test digits kept (most certain first)",
+    ylabel="accuracy on those kept",
+    title="abstaining on uncertain digits",
+)
 plt.show()
 
 # %%

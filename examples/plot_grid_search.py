@@ -77,8 +77,10 @@ plt.show()
 # :class:`~skbayes_sg.GradientNoiseWarning`.
 best = search.best_estimator_[-1]
 d = best.diagnostics_
-print(f"step size {d['step_size']:g}, mean kinetic temperature {d['mean_kinetic_temperature']:.3f} (target 1), "
-      f"worst R-hat {np.nanmax(d['rhat']):.3f}, smallest bulk ESS {np.nanmin(d['ess']):.0f}")
+print(
+    f"step size {d['step_size']:g}, mean kinetic temperature {d['mean_kinetic_temperature']:.3f} (target 1), "
+    f"worst R-hat {np.nanmax(d['rhat']):.3f}, smallest bulk ESS {np.nanmin(d['ess']):.0f}"
+)
 
 # %%
 # With batches of 50 rows out of 569 the gradient noise is strong: the winner usually runs
@@ -91,5 +93,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", ConvergenceWarning)
     fixed = search.best_estimator_.set_params(sgbayeslogisticregression__sampler=MCCAdL(step_size=d["step_size"]))
     fixed.fit(X, y)
-print(f"mCCAdL at the same h: mean kinetic temperature "
-      f"{fixed[-1].diagnostics_['mean_kinetic_temperature']:.3f} (target 1)")
+print(
+    f"mCCAdL at the same h: mean kinetic temperature "
+    f"{fixed[-1].diagnostics_['mean_kinetic_temperature']:.3f} (target 1)"
+)

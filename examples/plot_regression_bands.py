@@ -44,7 +44,7 @@ reg = make_pipeline(
 )
 reg.fit(X, y)
 bayes = reg[-1]
-print(f"posterior mean noise sd {np.mean(bayes.noise_precision_samples_ ** -0.5):.3f} (true 0.3)")
+print(f"posterior mean noise sd {np.mean(bayes.noise_precision_samples_**-0.5):.3f} (true 0.3)")
 
 # %%
 # The two bands
@@ -58,8 +58,14 @@ f_lo, f_hi = np.quantile(f_draws, [0.05, 0.95], axis=1)
 mean, std = reg.predict(x_grid[:, None], return_std=True)
 
 fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
-ax.fill_between(x_grid, mean - 1.645 * std, mean + 1.645 * std, color="tab:blue", alpha=0.15,
-                label="90% predictive band (return_std)")
+ax.fill_between(
+    x_grid,
+    mean - 1.645 * std,
+    mean + 1.645 * std,
+    color="tab:blue",
+    alpha=0.15,
+    label="90% predictive band (return_std)",
+)
 ax.fill_between(x_grid, f_lo, f_hi, color="tab:blue", alpha=0.4, label="90% credible band of f(x)")
 ax.plot(x_grid, mean, color="tab:blue", lw=2, label="posterior predictive mean")
 ax.plot(x_grid, np.sin(1.5 * x_grid) + 0.3 * x_grid, "k--", lw=1, label="true f(x)")

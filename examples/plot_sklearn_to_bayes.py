@@ -68,10 +68,14 @@ confidence = np.where(rng.random(len(y_train)) < 0.2, 0.5, 1.0)
 bayes.fit(X_train, y_train, sgbayeslogisticregression__sample_weight=confidence)
 clf = bayes[-1]
 d = clf.diagnostics_
-print(f"{clf.samples_.shape[0]} chains x {clf.samples_.shape[1]} draws, worst R-hat {d['rhat'].max():.3f}, "
-      f"smallest bulk ESS {d['ess'].min():.0f}")
-print(f"test log loss: LogisticRegression {log_loss(y_test, point.predict_proba(X_test)[:, 1]):.4f}, "
-      f"posterior predictive {log_loss(y_test, bayes.predict_proba(X_test)[:, 1]):.4f}")
+print(
+    f"{clf.samples_.shape[0]} chains x {clf.samples_.shape[1]} draws, worst R-hat {d['rhat'].max():.3f}, "
+    f"smallest bulk ESS {d['ess'].min():.0f}"
+)
+print(
+    f"test log loss: LogisticRegression {log_loss(y_test, point.predict_proba(X_test)[:, 1]):.4f}, "
+    f"posterior predictive {log_loss(y_test, bayes.predict_proba(X_test)[:, 1]):.4f}"
+)
 
 # %%
 # Per-feature priors, compared by LOO
@@ -85,8 +89,9 @@ print(f"test log loss: LogisticRegression {log_loss(y_test, point.predict_proba(
 names = np.asarray(X.columns)
 is_size = np.isin(names, ["mean radius", "mean perimeter", "mean area"])
 prior_sd = np.where(is_size, 0.3, 1.0)
-shrunk = make_pipeline(StandardScaler(),
-                       SGBayesLogisticRegression(alpha=1.0 / prior_sd**2, n_iter=N_ITER, random_state=0))
+shrunk = make_pipeline(
+    StandardScaler(), SGBayesLogisticRegression(alpha=1.0 / prior_sd**2, n_iter=N_ITER, random_state=0)
+)
 shrunk.fit(X_train, y_train, sgbayeslogisticregression__sample_weight=confidence)
 
 idata = {
@@ -101,8 +106,10 @@ with np.errstate(over="ignore"), warnings.catch_warnings():
     loo = {name: az.loo(data, pointwise=True) for name, data in idata.items()}
     comparison = az.compare(idata)
 for name, result in loo.items():
-    print(f"{name}: elpd_loo {result.elpd_loo:.2f} (se {result.se:.2f}), "
-          f"{int((result.pareto_k > 0.7).sum())} of {result.n_data_points} rows with Pareto k > 0.7")
+    print(
+        f"{name}: elpd_loo {result.elpd_loo:.2f} (se {result.se:.2f}), "
+        f"{int((result.pareto_k > 0.7).sum())} of {result.n_data_points} rows with Pareto k > 0.7"
+    )
 print(comparison[["elpd_loo", "se", "elpd_diff", "dse", "weight"]].round(2))
 
 # %%
@@ -153,9 +160,18 @@ binom_sd = np.sqrt(np.clip(observed * (1 - observed), 0.01, None) / counts)
 
 fig, ax = plt.subplots(figsize=(5, 5))
 ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--", label="perfect calibration")
-ax.errorbar(predicted, observed, xerr=[predicted - lo, hi - predicted], yerr=1.645 * binom_sd, fmt="o",
-            color="C0", ecolor="C0", elinewidth=1, capsize=2,
-            label="bins: 90% credible (x) and binomial (y) intervals")
+ax.errorbar(
+    predicted,
+    observed,
+    xerr=[predicted - lo, hi - predicted],
+    yerr=1.645 * binom_sd,
+    fmt="o",
+    color="C0",
+    ecolor="C0",
+    elinewidth=1,
+    capsize=2,
+    label="bins: 90% credible (x) and binomial (y) intervals",
+)
 ax.set_xlabel("predicted P(benign)")
 ax.set_ylabel("observed frequency of benign")
 ax.set_xlim(-0.02, 1.02)

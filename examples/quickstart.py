@@ -40,8 +40,10 @@ for label, model in [("SGBayesLogisticRegression (mCCAdL)", bayes), ("LogisticRe
 
 est = bayes[-1]
 d = est.diagnostics_
-print(f"\n{est.n_chains} chains x {est.samples_.shape[1]} draws in {seconds:.1f} s; step size {d['step_size']:.3g}; "
-      f"worst R-hat {np.nanmax(d['rhat']):.3f}; smallest bulk ESS {np.nanmin(d['ess']):.0f}")
+print(
+    f"\n{est.n_chains} chains x {est.samples_.shape[1]} draws in {seconds:.1f} s; step size {d['step_size']:.3g}; "
+    f"worst R-hat {np.nanmax(d['rhat']):.3f}; smallest bulk ESS {np.nanmin(d['ess']):.0f}"
+)
 
 # Per-draw probabilities give a credible interval for each prediction.
 rows = [0, 1, 2, 3, 4]

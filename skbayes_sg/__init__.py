@@ -4,9 +4,9 @@
 >>> from skbayes_sg.samplers import SGHMC
 """
 
+from ._inference_data import to_inference_data
 from .drbm import SGBayesDRBMClassifier
 from .exceptions import DivergenceError, FitInterruptedWarning, GradientNoiseWarning
-from ._inference_data import to_inference_data
 from .linear_model import SGBayesLinearRegression, SGBayesLogisticRegression
 
 __version__ = "0.1.0"

@@ -19,8 +19,8 @@ try:
 except ImportError:  # older joblib vendors it
     from joblib.externals import cloudpickle
 
-from .exceptions import DivergenceError
 from ._progress import progress_bar
+from .exceptions import DivergenceError
 from .minibatch import ControlVariateGradient, MinibatchGradient
 from .samplers._step_size import FitContext
 
@@ -141,9 +141,23 @@ class ChainRunner:
     :class:`~.models.WhitenedModel`) has its draws stored in ``theta``.
     """
 
-    def __init__(self, sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                 seed, context=None, control_variate=None, row_probabilities=None,
-                 progress=None):
+    def __init__(
+        self,
+        sampler,
+        model,
+        start,
+        n_iter,
+        n_burn,
+        thin,
+        max_draws,
+        batch_size,
+        batch_scheme,
+        seed,
+        context=None,
+        control_variate=None,
+        row_probabilities=None,
+        progress=None,
+    ):
         self.sampler = sampler
         self.rng = np.random.default_rng(seed) if progress is None else _generator(progress["rng"])
         if control_variate is None:
@@ -220,8 +234,14 @@ class ChainRunner:
         continues the chain bit-identically, in this process or after a pickle or skops
         round trip. The stored draws are not in it (the estimator keeps them).
         """
-        return {"rng": self.rng.bit_generator.state, "queue": self.grad_estimator.queue_state(), "t": int(self.t),
-                "n_burn": int(self.n_burn), "n_adapt": int(self.n_adapt), "eff_thin": int(self.eff_thin)}
+        return {
+            "rng": self.rng.bit_generator.state,
+            "queue": self.grad_estimator.queue_state(),
+            "t": int(self.t),
+            "n_burn": int(self.n_burn),
+            "n_adapt": int(self.n_adapt),
+            "eff_thin": int(self.eff_thin),
+        }
 
     def extend(self, n_iter, n_burn, eff_thin):
         """Lengthen the run to ``n_iter`` iterations, discarding the first ``n_burn``.
@@ -236,21 +256,22 @@ class ChainRunner:
         if n_iter < self.t or n_burn < self.n_burn or eff_thin % self.eff_thin or (n_burn - self.n_burn) % eff_thin:
             raise ValueError(
                 f"cannot extend a chain at iteration {self.t} (burn-in {self.n_burn}, thinning {self.eff_thin}) to "
-                f"n_iter={n_iter}, n_burn={n_burn}, thinning {eff_thin}.")
+                f"n_iter={n_iter}, n_burn={n_burn}, thinning {eff_thin}."
+            )
         iteration = self._first_kept() + np.arange(self.k) * self.eff_thin
         on_grid = (iteration >= n_burn) & ((iteration + 1 - n_burn) % eff_thin == 0)
         n_draws = self._n_grid(n_iter, n_burn, eff_thin)
         draws = np.empty((n_draws, self.draws.shape[1]))
         stats = np.empty((n_draws, self.stats.shape[1]))
         k = int(on_grid.sum())
-        draws[:k], stats[:k] = self.draws[:self.k][on_grid], self.stats[:self.k][on_grid]
+        draws[:k], stats[:k] = self.draws[: self.k][on_grid], self.stats[: self.k][on_grid]
         self.draws, self.stats, self.k, self.n_draws = draws, stats, k, n_draws
         self.n_iter, self.n_burn, self.eff_thin = n_iter, n_burn, eff_thin
         return self
 
     def kept_draws(self):
         """The draws stored so far, shape (k, P) (a view)."""
-        return self.draws[:self.k]
+        return self.draws[: self.k]
 
     def advance(self, n_steps=None):
         """Run up to ``n_steps`` more iterations (all remaining if None); return self."""
@@ -301,8 +322,8 @@ class ChainRunner:
         if self.draws is draws:  # already attached
             return self
         n = self.k - self.k0
-        draws[self.k0 - k0:self.k - k0] = self.draws[:n]
-        stats[self.k0 - k0:self.k - k0] = self.stats[:n]
+        draws[self.k0 - k0 : self.k - k0] = self.draws[:n]
+        stats[self.k0 - k0 : self.k - k0] = self.stats[:n]
         self.draws, self.stats, self.k0 = draws, stats, k0
         return self
 
@@ -332,31 +353,48 @@ def _unpickle_runner(state):
     return runner
 
 
-def run_chain(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-              seed, context=None, control_variate=None):
+def run_chain(
+    sampler,
+    model,
+    start,
+    n_iter,
+    n_burn,
+    thin,
+    max_draws,
+    batch_size,
+    batch_scheme,
+    seed,
+    context=None,
+    control_variate=None,
+):
     """Run one chain to the end and return its draws after burn-in (:class:`ChainResult`).
 
     See :class:`ChainRunner` for the parameters.
     """
-    runner = ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size,
-                         batch_scheme, seed, context, control_variate)
+    runner = ChainRunner(
+        sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme, seed, context, control_variate
+    )
     return runner.advance().result()
 
 
-def divergence_error(sampler, step_size, where, fixes="standardise the features, or increase the friction",
-                     iteration=None):
+def divergence_error(
+    sampler, step_size, where, fixes="standardise the features, or increase the friction", iteration=None
+):
     """The :class:`DivergenceError` of every simulation (the chains' states, multilevel SGLD's
     path stacks): it names the sampler, ``where`` it happened, the step size and the fixes
     (a quarter of the step, then ``fixes``)."""
     return DivergenceError(
         f"{sampler} diverged: {where} with step_size={step_size:.4g}. Use a smaller step_size (for example "
         f"{step_size / 4:.3g}), {fixes}.",
-        sampler=sampler, step_size=step_size, iteration=iteration,
+        sampler=sampler,
+        step_size=step_size,
+        iteration=iteration,
     )
 
 
-def check_finite(arrays, sampler, step_size, where, fixes="standardise the features, or increase the friction",
-                 iteration=None):
+def check_finite(
+    arrays, sampler, step_size, where, fixes="standardise the features, or increase the friction", iteration=None
+):
     """Raise :func:`divergence_error` if any of ``arrays`` (None skipped) is non-finite."""
     if not all(a is None or np.isfinite(a).all() for a in arrays):
         raise divergence_error(sampler, step_size, where, fixes, iteration)
@@ -364,8 +402,12 @@ def check_finite(arrays, sampler, step_size, where, fixes="standardise the featu
 
 def _check_finite(state, sampler, t):
     if not state.is_finite():
-        raise divergence_error(type(sampler).__name__, state.step_size,
-                               f"the chain's state became non-finite by iteration {t + 1}", iteration=t + 1)
+        raise divergence_error(
+            type(sampler).__name__,
+            state.step_size,
+            f"the chain's state became non-finite by iteration {t + 1}",
+            iteration=t + 1,
+        )
 
 
 def call_with_model(worker, model, method, *args):
@@ -396,17 +438,47 @@ def _advance(runner, model, n_steps):
     return runner
 
 
-def start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme, seeds,
-                 context=None, control_variate=None, row_probabilities=None, progress=None):
+def start_chains(
+    sampler,
+    model,
+    starts,
+    n_iter,
+    n_burn,
+    thin,
+    max_draws,
+    batch_size,
+    batch_scheme,
+    seeds,
+    context=None,
+    control_variate=None,
+    row_probabilities=None,
+    progress=None,
+):
     """One :class:`ChainRunner` per start, not yet advanced (the model is detached from
     them: :func:`advance_chains` passes it to each task). ``progress``: one
     :meth:`ChainRunner.progress` per start, to continue those chains exactly."""
     progress = [None] * len(starts) if progress is None else progress
     # One context for all the chains, so that they resolve one step size.
     context = FitContext(model) if context is None else context
-    runners = [ChainRunner(sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                           seed, context, control_variate, row_probabilities, prog)
-               for start, seed, prog in zip(starts, seeds, progress)]
+    runners = [
+        ChainRunner(
+            sampler,
+            model,
+            start,
+            n_iter,
+            n_burn,
+            thin,
+            max_draws,
+            batch_size,
+            batch_scheme,
+            seed,
+            context,
+            control_variate,
+            row_probabilities,
+            prog,
+        )
+        for start, seed, prog in zip(starts, seeds, progress)
+    ]
     for r in runners:
         r.grad_estimator.model = None
     return runners
@@ -422,7 +494,7 @@ def parallel_rounds(n_jobs=None, verbose=0, total=0, desc="", unit="iterations")
     rounds (:func:`advance_chains`) and multilevel SGLD's rounds of path chunks
     (:func:`~skbayes_sg.multilevel.mlmc`, through :func:`run_tasks`) run in it.
     """
-    with Parallel(n_jobs=n_jobs) as parallel, (progress_bar(total, desc, unit) if verbose else nullcontext()) as bar:
+    with Parallel(n_jobs=n_jobs) as parallel, progress_bar(total, desc, unit) if verbose else nullcontext() as bar:
         yield parallel, bar
 
 
@@ -513,13 +585,39 @@ def _round(parallel, runners, model, n_steps):
     return out
 
 
-def run_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-               seeds, context=None, n_jobs=None, verbose=0, control_variate=None):
+def run_chains(
+    sampler,
+    model,
+    starts,
+    n_iter,
+    n_burn,
+    thin,
+    max_draws,
+    batch_size,
+    batch_scheme,
+    seeds,
+    context=None,
+    n_jobs=None,
+    verbose=0,
+    control_variate=None,
+):
     """Run one chain per start in parallel with joblib; results in chain order.
 
     See :class:`ChainRunner` for the parameters and :func:`advance_chains` for
     ``n_jobs`` and ``verbose``.
     """
-    runners = start_chains(sampler, model, starts, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme,
-                           seeds, context, control_variate)
+    runners = start_chains(
+        sampler,
+        model,
+        starts,
+        n_iter,
+        n_burn,
+        thin,
+        max_draws,
+        batch_size,
+        batch_scheme,
+        seeds,
+        context,
+        control_variate,
+    )
     return [r.result() for r in advance_chains(runners, model, n_jobs, verbose)]

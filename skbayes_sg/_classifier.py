@@ -50,7 +50,10 @@ def _check_targets_and_find_classes(y):
         # check_classification_targets' warning for a multiclass y, on the whole of y.
         warnings.warn(
             "The number of unique classes is greater than 50% of the number of samples. `y` could represent a "
-            "regression problem, not a classification problem.", UserWarning, stacklevel=3)
+            "regression problem, not a classification problem.",
+            UserWarning,
+            stacklevel=3,
+        )
     return classes
 
 
@@ -71,9 +74,11 @@ def _encode_labels(y, classes, check_known=False):
                 unknown.append(np.unique(block[missing]))
         codes[rows] = where
     if unknown:
-        raise ValueError(f"y contains labels {np.unique(np.concatenate(unknown)).tolist()} not in classes_ "
-                         f"{classes.tolist()}; pass every label the stream can contain as classes on the first "
-                         "call to partial_fit.")
+        raise ValueError(
+            f"y contains labels {np.unique(np.concatenate(unknown)).tolist()} not in classes_ "
+            f"{classes.tolist()}; pass every label the stream can contain as classes on the first "
+            "call to partial_fit."
+        )
     return codes
 
 
@@ -153,8 +158,9 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         if isinstance(class_weight, str):
             present = np.unique(codes)
             per_class = np.zeros(self.classes_.size)
-            per_class[present] = compute_class_weight(class_weight, classes=present, y=codes,
-                                                      sample_weight=sample_weight)
+            per_class[present] = compute_class_weight(
+                class_weight, classes=present, y=codes, sample_weight=sample_weight
+            )
         else:
             per_class = compute_class_weight(class_weight, classes=self.classes_, y=self.classes_)
         weights = per_class[codes]
@@ -194,14 +200,17 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         _check_targets_and_find_classes(y)
         if first:
             if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit (every label the "
-                                 "stream can contain, e.g. classes=np.unique(y_all)).")
+                raise ValueError(
+                    "classes must be passed on the first call to partial_fit (every label the "
+                    "stream can contain, e.g. classes=np.unique(y_all))."
+                )
             self.classes_ = np.unique(classes)
             if self.classes_.size < 2:
                 raise ValueError(f"{type(self).__name__} needs at least 2 classes; got classes={classes!r}.")
         if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True,
-                                                 allow_all_zero_weights=True)
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=np.float64, ensure_non_negative=True, allow_all_zero_weights=True
+            )
         X_all, y_all, w_all = self._accumulate(X, _encode_labels(y, self.classes_, check_known=True), sample_weight)
         return self._fit(X_all, y_all, streaming=True, sample_weight=self._with_class_weight(y_all, w_all))
 
@@ -213,9 +222,11 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         where = np.minimum(np.searchsorted(self.classes_, y), self.classes_.size - 1)
         unknown = self.classes_[where] != y
         if unknown.any():
-            raise ValueError(f"y contains labels {np.unique(y[unknown]).tolist()} not in classes_ "
-                             f"{self.classes_.tolist()}: the model gives them no likelihood. Pass labels of "
-                             "the classes the estimator was fit on.")
+            raise ValueError(
+                f"y contains labels {np.unique(y[unknown]).tolist()} not in classes_ "
+                f"{self.classes_.tolist()}: the model gives them no likelihood. Pass labels of "
+                "the classes the estimator was fit on."
+            )
         return where, self.classes_[where]
 
     def _sample_targets(self, X, rng):

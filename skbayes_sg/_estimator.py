@@ -22,17 +22,17 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from sklearn.utils.validation import validate_data as _sklearn_validate_data
 from threadpoolctl import threadpool_limits
 
-from . import diagnostics
-from . import _run_length
-from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
+from . import _run_length, diagnostics
 from ._chains import advance_chains, coarsened_thin, draw_schedule, start_chains
-from .exceptions import DivergenceError, FitInterruptedWarning, GradientNoiseWarning
 from ._geometry import Geometry, build_geometry, noise_probe
+from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
+from .exceptions import DivergenceError, FitInterruptedWarning, GradientNoiseWarning
 from .minibatch import BATCH_SCHEMES
 from .models import Model
 from .models._base import largest_abs
 from .samplers import get_sampler
 from .samplers._step_size import FitContext, largest_curvature
+
 
 def validate_data(*args, **kwargs):
     """scikit-learn's ``validate_data``, without numpy's RuntimeWarning on X holding both
@@ -44,8 +44,10 @@ def validate_data(*args, **kwargs):
     if hasattr(X, "columns") and len(X.columns) == 0:
         # sklearn fails on a DataFrame without columns with numpy's "at least one array or
         # dtype is required"; this is sklearn's message for the same array.
-        raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required by "
-                         f"{type(args[0]).__name__}.")
+        raise ValueError(
+            f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required by "
+            f"{type(args[0]).__name__}."
+        )
     with np.errstate(invalid="ignore", over="ignore"):
         return _sklearn_validate_data(*args, **kwargs)
 
@@ -122,8 +124,11 @@ class BaseSGBayes(BaseEstimator):
     _parameter_constraints = {
         "sampler": [str, HasMethods(["init_state", "step"])],
         "n_iter": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
-        "burn_in": [Interval(Real, 0, 1, closed="left"), Interval(Integral, 0, None, closed="left"),
-                    StrOptions({"auto"})],
+        "burn_in": [
+            Interval(Real, 0, 1, closed="left"),
+            Interval(Integral, 0, None, closed="left"),
+            StrOptions({"auto"}),
+        ],
         "thin": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
         "batch_scheme": [StrOptions(set(BATCH_SCHEMES))],
@@ -168,6 +173,7 @@ class BaseSGBayes(BaseEstimator):
     #: What ``batch_size="auto"`` and ``max_draws="auto"`` resolve to (see the constants).
     _auto_batch_size = AUTO_BATCH_SIZE
     _auto_max_draws = AUTO_MAX_DRAWS
+
     def _auto_step_scale(self, sampler):
         """Multiplier of ``sampler``'s ``_auto_step_constant`` in the curvature part of
         ``step_size="auto"`` (never of the noise cap): 1, but the DRBM's mCCAdL takes more."""
@@ -192,8 +198,12 @@ class BaseSGBayes(BaseEstimator):
         """Whether the chains start at draws of the Laplace approximation at the MAP, with the
         proposal's initial factor from the curvature there: an adaptive sampler whose
         proposal starts from the curvature (``init_scale="map"``) under ``init="map"``."""
-        return (isinstance(self.init, str) and self.init == "map" and hasattr(sampler, "fix_initial_factor")
-                and getattr(sampler, "init_scale", None) == "map")
+        return (
+            isinstance(self.init, str)
+            and self.init == "map"
+            and hasattr(sampler, "fix_initial_factor")
+            and getattr(sampler, "init_scale", None) == "map"
+        )
 
     def _run_policy(self, sampler, n_params):
         """``(burn_in, min_adaptation, max_draws)`` of this fit, the ``"auto"`` values resolved.
@@ -240,7 +250,8 @@ class BaseSGBayes(BaseEstimator):
         if n_draws == 0:
             raise ValueError(
                 f"n_iter={n_iter} with {n_burn} burn-in iterations leaves {n_iter - n_burn}, fewer than "
-                f"thin={self.thin}: no draw would be kept. Increase n_iter (or use n_iter='auto') or lower thin.")
+                f"thin={self.thin}: no draw would be kept. Increase n_iter (or use n_iter='auto') or lower thin."
+            )
         return burn_in, max_draws, _run_length.Schedule(n_iter, n_burn, eff_thin)
 
     def _batch_size(self, sampler, n_samples, n_params=1):
@@ -261,7 +272,8 @@ class BaseSGBayes(BaseEstimator):
             warnings.warn(
                 f"batch_size={self.batch_size} is larger than the number of samples ({n_samples}); "
                 f"it is clipped to {n_samples} (full-data gradients, no minibatch noise).",
-                UserWarning, stacklevel=_caller_stacklevel(),
+                UserWarning,
+                stacklevel=_caller_stacklevel(),
             )
             return n_samples
         return int(self.batch_size)
@@ -354,13 +366,22 @@ class BaseSGBayes(BaseEstimator):
                 # The posterior sharpens as N grows: the step that was stable on the first
                 # chunks can diverge now, so the auto rule runs again at the chains' states.
                 sigma_max = self._noise_eigenvalue(chain_model, geometry, batch_size)
-                context = FitContext(chain_model, starts[0].theta, sigma_max=sigma_max,
-                                     scale=self._auto_step_scale(sampler))
+                context = FitContext(
+                    chain_model, starts[0].theta, sigma_max=sigma_max, scale=self._auto_step_scale(sampler)
+                )
                 starts = [sampler.retune(state, context) for state in starts]
         else:
-            geometry = build_geometry(model, sampler, batch_size, self.gradient, self._map,
-                                      self._auto_preconditioner, self._auto_control_variate, self.batch_scheme,
-                                      start_at_map=isinstance(self.init, str) and self.init == "map")
+            geometry = build_geometry(
+                model,
+                sampler,
+                batch_size,
+                self.gradient,
+                self._map,
+                self._auto_preconditioner,
+                self._auto_control_variate,
+                self.batch_scheme,
+                start_at_map=isinstance(self.init, str) and self.init == "map",
+            )
             chain_model = geometry.chain_model(model)
             starts = Geometry.to_chain(chain_model, self._initial_points(model))
             initial_factor = None
@@ -381,29 +402,51 @@ class BaseSGBayes(BaseEstimator):
             sigma_max = self._noise_eigenvalue(chain_model, geometry, batch_size)
             # Whitened at the MAP with the exact Hessian, the curvature there is 1.
             lam = 1.0 if geometry.preconditioner == "dense" else None
-            curvature_at = (np.zeros(model.n_params) if geometry.L is not None
-                            else geometry.theta_map if geometry.theta_map is not None
-                            else self._curvature_point(chain_model, starts[0]))
+            curvature_at = (
+                np.zeros(model.n_params)
+                if geometry.L is not None
+                else geometry.theta_map
+                if geometry.theta_map is not None
+                else self._curvature_point(chain_model, starts[0])
+            )
             if self.batch_size == "auto" and sigma_max and isinstance(sampler.step_size, str):
                 if lam is None:
                     lam = largest_curvature(chain_model, curvature_at)
-                batch_size, sigma_max = _noise_aware_batch(sampler, batch_size, sigma_max, lam,
-                                                           chain_model.n_samples, self._auto_step_scale(sampler))
+                batch_size, sigma_max = _noise_aware_batch(
+                    sampler, batch_size, sigma_max, lam, chain_model.n_samples, self._auto_step_scale(sampler)
+                )
                 if batch_size is None:
                     geometry = replace(geometry, gradient="full", row_probabilities=None)
             # The sampler resolves its step size from these measurements in its init_state, once
             # for all the chains (FitContext.step).
-            context = FitContext(chain_model, curvature_at, lambda_max=lam, sigma_max=sigma_max,
-                                 scale=self._auto_step_scale(sampler), initial_factor=initial_factor)
+            context = FitContext(
+                chain_model,
+                curvature_at,
+                lambda_max=lam,
+                sigma_max=sigma_max,
+                scale=self._auto_step_scale(sampler),
+                initial_factor=initial_factor,
+            )
             fit_round = 0
             progress = None
         self._fit_map = None
         control_variate = geometry.control_variate(chain_model)
 
         try:
-            runs = self._run(sampler, chain_model, starts, first, burn_in, max_draws, batch_size, context,
-                             fit_round, control_variate,
-                             geometry.row_probabilities if control_variate is None else None, progress)
+            runs = self._run(
+                sampler,
+                chain_model,
+                starts,
+                first,
+                burn_in,
+                max_draws,
+                batch_size,
+                context,
+                fit_round,
+                control_variate,
+                geometry.row_probabilities if control_variate is None else None,
+                progress,
+            )
         except DivergenceError as exc:
             raise _explain_divergence(exc, self) from None
         # What the step-size rule measured (lambda_max, the noise eigenvalue, the predicted
@@ -434,8 +477,14 @@ class BaseSGBayes(BaseEstimator):
                 # One evenly spaced record from the burn-in on: what one fit of the whole
                 # length would have stored.
                 draws, stats, eff_thin = _join_records(
-                    (self.samples_, self.sample_stats_), (draws, stats), progress[0], runs.t0, runs.t, eff_thin,
-                    max_draws)
+                    (self.samples_, self.sample_stats_),
+                    (draws, stats),
+                    progress[0],
+                    runs.t0,
+                    runs.t,
+                    eff_thin,
+                    max_draws,
+                )
             else:
                 draws = np.concatenate([self.samples_, draws], axis=1)
                 stats = {k: np.concatenate([self.sample_stats_[k], v], axis=1) for k, v in stats.items()}
@@ -471,18 +520,36 @@ class BaseSGBayes(BaseEstimator):
         self._warn_fit(sampler, X)
         if interrupted is not None:
             self.diagnostics_["interrupted"] = True
-            continued = ("; warm_start=True continues the chains from there" if self._chain_states is not None
-                         else "; the chains stopped at different iterations, so warm_start=True starts afresh")
+            continued = (
+                "; warm_start=True continues the chains from there"
+                if self._chain_states is not None
+                else "; the chains stopped at different iterations, so warm_start=True starts afresh"
+            )
             warnings.warn(
                 f"{type(self).__name__}: the fit was interrupted at iteration {interrupted['iteration']} of "
                 f"{interrupted['n_iter']} per chain; the estimator is fitted on the {self.samples_.shape[1]} draws "
                 f"per chain kept so far and its diagnostics are computed on them{continued}.",
-                FitInterruptedWarning, stacklevel=_caller_stacklevel())
+                FitInterruptedWarning,
+                stacklevel=_caller_stacklevel(),
+            )
             raise interrupted["exception"]
         return self
 
-    def _run(self, sampler, chain_model, starts, first, burn_in, max_draws, batch_size, context, fit_round,
-             control_variate, row_probabilities=None, progress=None):
+    def _run(
+        self,
+        sampler,
+        chain_model,
+        starts,
+        first,
+        burn_in,
+        max_draws,
+        batch_size,
+        context,
+        fit_round,
+        control_variate,
+        row_probabilities=None,
+        progress=None,
+    ):
         """Run the chains for the ``first`` schedule, and with ``n_iter="auto"`` in further
         blocks until they converge (``burn_in`` None: a continued chain, which runs until its
         own draws meet the targets).
@@ -497,9 +564,22 @@ class BaseSGBayes(BaseEstimator):
         """
         t0 = 0 if progress is None else progress[0]["t"]
         seeds = self._seeds(fit_round) if progress is None else [None] * len(starts)
-        runners = start_chains(sampler, chain_model, list(starts), t0 + first.n_iter, first.n_burn, self.thin,
-                               max_draws, batch_size, self.batch_scheme, seeds, context, control_variate,
-                               row_probabilities, progress)
+        runners = start_chains(
+            sampler,
+            chain_model,
+            list(starts),
+            t0 + first.n_iter,
+            first.n_burn,
+            self.thin,
+            max_draws,
+            batch_size,
+            self.batch_scheme,
+            seeds,
+            context,
+            control_variate,
+            row_probabilities,
+            progress,
+        )
         # A continued chain's grid may be coarser than the first block's (max_draws over the
         # whole record); the blocks count from the continuation's start.
         blocks = [_run_length.Schedule(first.n_iter, first.n_burn, runners[0].eff_thin) if progress else first]
@@ -508,15 +588,25 @@ class BaseSGBayes(BaseEstimator):
             runners = advance_chains(runners, chain_model, self.n_jobs, self.verbose)
             while self.n_iter == "auto":
                 summary = self._run_length_summary(np.stack([r.kept_draws() for r in runners]))
-                nxt = _run_length.next_schedule(blocks[-1], summary, burn_in, max_draws, len(runners),
-                                                max_iter=self._run_length_max_iter,
-                                                ess_target=self._run_length_ess_target)
+                nxt = _run_length.next_schedule(
+                    blocks[-1],
+                    summary,
+                    burn_in,
+                    max_draws,
+                    len(runners),
+                    max_iter=self._run_length_max_iter,
+                    ess_target=self._run_length_ess_target,
+                )
                 if nxt is None:
                     break
                 blocks.append(nxt)
                 n_burn = nxt.n_burn if progress is None else runners[0].n_burn
-                runners = advance_chains([r.extend(t0 + nxt.n_iter, n_burn, nxt.eff_thin) for r in runners],
-                                         chain_model, self.n_jobs, self.verbose)
+                runners = advance_chains(
+                    [r.extend(t0 + nxt.n_iter, n_burn, nxt.eff_thin) for r in runners],
+                    chain_model,
+                    self.n_jobs,
+                    self.verbose,
+                )
         except KeyboardInterrupt as exc:
             # ChainsInterrupted carries the chains as the last round left them; an interrupt
             # between rounds (the diagnostics of n_iter="auto") finds them in `runners`.
@@ -526,16 +616,34 @@ class BaseSGBayes(BaseEstimator):
             # Chains that all stopped between iterations at one count and on one grid
             # (rounds run in worker processes) can be continued exactly; otherwise their
             # draws are cut to a common length and they cannot.
-            aligned = (not any(r.busy for r in runners)
-                       and len({(r.t, r.n_iter, r.n_burn, r.eff_thin) for r in runners}) == 1)
+            aligned = (
+                not any(r.busy for r in runners) and len({(r.t, r.n_iter, r.n_burn, r.eff_thin) for r in runners}) == 1
+            )
             interrupted = {"exception": exc, "n_draws": n_draws, "iteration": t, "n_iter": runners[0].n_iter}
-            return _Runs([r.result(n_draws) for r in runners], None, blocks, interrupted, t0, t,
-                         runners[0].eff_thin, [r.state for r in runners] if aligned else None,
-                         [r.progress() for r in runners] if aligned else None)
+            return _Runs(
+                [r.result(n_draws) for r in runners],
+                None,
+                blocks,
+                interrupted,
+                t0,
+                t,
+                runners[0].eff_thin,
+                [r.state for r in runners] if aligned else None,
+                [r.progress() for r in runners] if aligned else None,
+            )
         t = runners[0].t
         summary = summary if self._run_length_on_parameters else None
-        return _Runs([r.result() for r in runners], summary, blocks, None, t0, t, runners[0].eff_thin,
-                     [r.state for r in runners], [r.progress() for r in runners])
+        return _Runs(
+            [r.result() for r in runners],
+            summary,
+            blocks,
+            None,
+            t0,
+            t,
+            runners[0].eff_thin,
+            [r.state for r in runners],
+            [r.progress() for r in runners],
+        )
 
     def _start_rng(self):
         """Generator of the chains' starting jitter, apart from the chains' own streams."""
@@ -643,8 +751,10 @@ class BaseSGBayes(BaseEstimator):
         noise = self._predicted_noise_message(sampler) or self._kinetic_temperature_message(sampler)
         clipped = self.diagnostics_.get("noise_clipped", 0)
         if noise is None and clipped > 0:
-            noise = (f"the noise estimate exceeded the friction on {clipped} coordinate-iterations and was "
-                     "clipped, so the chains ran hotter than the posterior. Increase friction or decrease step_size.")
+            noise = (
+                f"the noise estimate exceeded the friction on {clipped} coordinate-iterations and was "
+                "clipped, so the chains ran hotter than the posterior. Increase friction or decrease step_size."
+            )
         convergence = self._convergence_messages()
         if noise is None and not convergence:
             return
@@ -655,8 +765,11 @@ class BaseSGBayes(BaseEstimator):
             text = " Also, ".join(convergence + advice)
             parts.append(lead + text)
         category = GradientNoiseWarning if noise is not None else ConvergenceWarning
-        warnings.warn(f"{type(self).__name__} with {type(sampler).__name__}: " + " ".join(parts), category,
-                      stacklevel=_caller_stacklevel())
+        warnings.warn(
+            f"{type(self).__name__} with {type(sampler).__name__}: " + " ".join(parts),
+            category,
+            stacklevel=_caller_stacklevel(),
+        )
 
     def _predicted_noise_message(self, sampler):
         """Why the step's predicted gradient-noise error is over twice the sampler's tolerance,
@@ -677,7 +790,8 @@ class BaseSGBayes(BaseEstimator):
             f"at step_size={self.diagnostics_['step_size']:.3g} the minibatch gradient noise "
             f"(largest eigenvalue {self.diagnostics_['noise_eigenvalue']:.3g}) is predicted to inflate the "
             f"posterior variance along its noisiest direction by about {100 * delta:.0f}% "
-            f"(h sigma_max / 2AT = {delta:.3g}). Use {', '.join(fixes[:-1])} or {fixes[-1]}.")
+            f"(h sigma_max / 2AT = {delta:.3g}). Use {', '.join(fixes[:-1])} or {fixes[-1]}."
+        )
 
     def _kinetic_temperature_message(self, sampler):
         """Why the chains' mean kinetic temperature is off its target, or None."""
@@ -692,24 +806,32 @@ class BaseSGBayes(BaseEstimator):
             return None
         self.diagnostics_["kinetic_temperature"] = mean
         if mean > T_expected:
-            cause = ("Minibatch gradient noise is not being dissipated: increase friction, decrease "
-                     "step_size or increase batch_size")
+            cause = (
+                "Minibatch gradient noise is not being dissipated: increase friction, decrease "
+                "step_size or increase batch_size"
+            )
             # Only the covariance-controlled samplers cancel the noise; never advise them to
             # a user who already runs one.
-            cause += "." if getattr(sampler, "controls_noise", False) else (
-                ", or use a sampler that controls the noise (mccadl).")
+            cause += (
+                "."
+                if getattr(sampler, "controls_noise", False)
+                else (", or use a sampler that controls the noise (mccadl).")
+            )
         else:
             # A chain started at the mode with thermal momentum gives about half its kinetic
             # energy to the potential before it equilibrates.
-            cause = ("The chains have not reached equilibrium (a burn-in too short for the friction) or the "
-                     "step size is too large: increase n_iter or burn_in, or decrease step_size.")
+            cause = (
+                "The chains have not reached equilibrium (a burn-in too short for the friction) or the "
+                "step size is too large: increase n_iter or burn_in, or decrease step_size."
+            )
         if not isinstance(sampler.step_size, str):
             cause += " step_size was set by hand; step_size='auto' sets it from the posterior's curvature and noise."
         return (
             f"the chains ran {'hotter' if mean > T_expected else 'colder'} than the target: "
             f"mean kinetic temperature {mean:.3g} against T = {T:g}"
             f"{'' if T_expected == T else f' ({T_expected:.3g} expected of this scheme at this step)'}, so the "
-            f"posterior variances are off by about that factor. {cause}")
+            f"posterior variances are off by about that factor. {cause}"
+        )
 
     def _convergence_messages(self):
         """What the R-hat and ESS checks found (a list of sentences, empty when they pass)."""
@@ -726,22 +848,26 @@ class BaseSGBayes(BaseEstimator):
             messages.append(
                 f"split R-hat exceeds {RHAT_MAX} for {high.size} of {rhat.size} parameters (worst: {listed}): the "
                 "chains have not mixed. Run longer (n_iter, which lengthens burn-in too) or use a larger "
-                "step size.")
+                "step size."
+            )
         if low.size:
             worst = low[np.argsort(ess[low])][:3]
             listed = ", ".join(f"{names[j]} {ess[j]:.0f}" for j in worst)
             messages.append(
                 f"bulk ESS is below {floor} ({ESS_MIN_PER_CHAIN} per chain) for {low.size} of {ess.size} "
-                f"parameters (lowest: {listed}): increase n_iter, or the step size if the chains move slowly.")
+                f"parameters (lowest: {listed}): increase n_iter, or the step size if the chains move slowly."
+            )
         if not np.isfinite(ess).any():
             messages.append(
                 f"{self.samples_.shape[1]} draw(s) per chain are too few to assess convergence (R-hat and ESS "
-                "need at least 4): increase n_iter or max_draws, or lower thin.")
+                "need at least 4): increase n_iter or max_draws, or lower thin."
+            )
         if messages and self.n_iter == "auto" and "n_iter_blocks" in self.diagnostics_:
             messages.append(
                 f"n_iter='auto' stopped at its ceiling of {self.diagnostics_['n_iter_blocks'][-1]} iterations per "
                 "chain: the chains move too slowly for it. Use a larger step size, a sampler that mixes faster, "
-                "or an explicit, larger n_iter.")
+                "or an explicit, larger n_iter."
+            )
         return messages
 
     def _convergence_advice(self, sampler, X):
@@ -750,7 +876,8 @@ class BaseSGBayes(BaseEstimator):
         if not isinstance(getattr(sampler, "step_size", "auto"), str):
             advice.append(
                 f"step_size={self.diagnostics_['step_size']:.3g} was set by hand: step_size='auto' sets it from the "
-                "posterior's curvature and the gradient noise.")
+                "posterior's curvature and the gradient noise."
+            )
         if self.diagnostics_.get("preconditioner") != "dense":
             # Without the MAP-Hessian whitening the chains run in the features' own units, and
             # features on scales orders of magnitude apart make the posterior too elongated
@@ -759,14 +886,16 @@ class BaseSGBayes(BaseEstimator):
             if spread > FEATURE_SCALE_SPREAD:
                 advice.append(
                     f"the features' scales differ by a factor of {spread:.3g}: standardise them (for example "
-                    "make_pipeline(StandardScaler(), estimator)).")
+                    "make_pipeline(StandardScaler(), estimator))."
+                )
         return advice
 
     # -- inspection --------------------------------------------------------------------------
     def _param_names(self, feature_names=None):
         check_is_fitted(self, "samples_")
-        features = getattr(self, "feature_names_in_", None) if feature_names is None else self._feature_names(
-            feature_names)
+        features = (
+            getattr(self, "feature_names_in_", None) if feature_names is None else self._feature_names(feature_names)
+        )
         return self._model.param_names(features, getattr(self, "classes_", None))
 
     def summary(self, ci=0.9, feature_names=None):
@@ -787,8 +916,7 @@ class BaseSGBayes(BaseEstimator):
             A dict of columns (``parameter``, ``mean``, ``sd``, ``ci_lower``, ``ci_upper``,
             ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table.
         """
-        return diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci,
-                                             self.sample_weight_)
+        return diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci, self.sample_weight_)
 
     def _feature_names(self, feature_names=None):
         """Names of the features: ``feature_names`` (validated), else ``feature_names_in_``,
@@ -798,8 +926,10 @@ class BaseSGBayes(BaseEstimator):
             return [f"x{d}" for d in range(self.n_features_in_)] if names is None else [str(f) for f in names]
         names = [str(f) for f in np.asarray(feature_names, dtype=object).ravel()]
         if len(names) != self.n_features_in_:
-            raise ValueError(f"feature_names has {len(names)} names but the estimator was fit on "
-                             f"{self.n_features_in_} features; give one name per column of the X it was fit on.")
+            raise ValueError(
+                f"feature_names has {len(names)} names but the estimator was fit on "
+                f"{self.n_features_in_} features; give one name per column of the X it was fit on."
+            )
         return names
 
     def _posterior_variables(self, feature_names=None):
@@ -866,11 +996,15 @@ class BaseSGBayes(BaseEstimator):
                 "(or pip install 'skbayes_sg[arviz]')."
             ) from None
         if self.sample_weight_ is not None:
-            raise ValueError("to_inference_data() needs equally weighted draws; a multilevel fit has signed "
-                             "weights (see sample_weight_).")
+            raise ValueError(
+                "to_inference_data() needs equally weighted draws; a multilevel fit has signed "
+                "weights (see sample_weight_)."
+            )
         if y is not None and X is None:
-            raise ValueError("to_inference_data() got y without X: the log likelihood needs the rows X of the "
-                             "targets y; pass both (for LOO, the training data).")
+            raise ValueError(
+                "to_inference_data() got y without X: the log likelihood needs the rows X of the "
+                "targets y; pass both (for LOO, the training data)."
+            )
         variables, coords = self._posterior_variables(feature_names)
         posterior = {name: array for name, (array, _) in variables.items()}
         dims = {name: d for name, (_, d) in variables.items()}
@@ -882,8 +1016,9 @@ class BaseSGBayes(BaseEstimator):
         else:
             X = validate_data(self, X, dtype=np.float64, accept_sparse="csr", reset=False)
             shape = self.samples_.shape[:2] + (X.shape[0],)
-            groups["posterior_predictive"] = {"y": self._sample_targets(X, check_random_state(random_state))
-                                              .reshape(shape)}
+            groups["posterior_predictive"] = {
+                "y": self._sample_targets(X, check_random_state(random_state)).reshape(shape)
+            }
             if y is not None:
                 codes, observed = self._check_targets(y, X.shape[0])
                 groups["log_likelihood"] = {"y": self._log_likelihood(X, codes).reshape(shape)}
@@ -986,8 +1121,11 @@ class BaseSGBayes(BaseEstimator):
         per = max(1, n_outputs)
         draws = min(n_draws, max(1, _PREDICT_CHUNK // (per * min(max(n_rows, 1), _PREDICT_MIN_ROWS))))
         rows = max(1, _PREDICT_CHUNK // (per * draws))
-        return [(slice(r, min(r + rows, n_rows)), slice(d, min(d + draws, n_draws)))
-                for r in range(0, max(n_rows, 1), rows) for d in range(0, n_draws, draws)]
+        return [
+            (slice(r, min(r + rows, n_rows)), slice(d, min(d + draws, n_draws)))
+            for r in range(0, max(n_rows, 1), rows)
+            for d in range(0, n_draws, draws)
+        ]
 
 
 def _check_target_length(y, n_samples):
@@ -1052,7 +1190,7 @@ def _join_records(old, new, progress, t0, t, eff_thin, max_draws):
         eff_thin = coarsened_thin(eff_thin, need, t - n_burn)
     iteration = np.concatenate([it_old, it_new])
     keep = (iteration + 1 - n_burn) % eff_thin == 0
-    keep_old, keep_new = keep[:it_old.size], keep[it_old.size:]
+    keep_old, keep_new = keep[: it_old.size], keep[it_old.size :]
     draws = np.concatenate([old_draws[:, keep_old], new_draws[:, keep_new]], axis=1)
     stats = {k: np.concatenate([old_stats[k][:, keep_old], v[:, keep_new]], axis=1) for k, v in new_stats.items()}
     return draws, stats, eff_thin
@@ -1118,8 +1256,13 @@ def _map_estimate(model, gtol=1e-2):
     # Features whose products overflow make the objective infinite; the ValueError below
     # names the fix, so numpy's overflow warnings would only be noise.
     with np.errstate(over="ignore", invalid="ignore"):
-        res = minimize(objective, model.initial_point(), jac=True, method="L-BFGS-B",
-                       options={"maxiter": 1000, "gtol": gtol, "ftol": 1e-14})
+        res = minimize(
+            objective,
+            model.initial_point(),
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": 1000, "gtol": gtol, "ftol": 1e-14},
+        )
         lp_map = model.log_posterior_and_grad(res.x)[0] if np.all(np.isfinite(res.x)) else np.nan
     if not np.isfinite(lp_map):
         targets = _target_scale(model)
@@ -1129,12 +1272,14 @@ def _map_estimate(model, gtol=1e-2):
             raise ValueError(
                 "The maximum a posteriori point, which the fit needs for its starting point, preconditioner and "
                 f"control variate, is not finite: the targets' squares overflow (targets of size {targets:.3g}). "
-                "Standardise the targets (SGBayesLinearRegression does with normalize_y=True, its default).")
+                "Standardise the targets (SGBayesLinearRegression does with normalize_y=True, its default)."
+            )
         raise ValueError(
             "The maximum a posteriori point, which the fit needs for its starting point, preconditioner and "
             "control variate, is not finite: the features' products overflow (features of size "
             f"{_feature_scale(model):.3g}). Standardise the features (for example with StandardScaler in a "
-            "Pipeline).")
+            "Pipeline)."
+        )
     return res.x
 
 
@@ -1235,20 +1380,25 @@ def _explain_divergence(exc, estimator):
     alpha = getattr(estimator, "alpha", None)
     hints = []
     if alpha is not None and np.min(alpha) < FLAT_PRIOR_ALPHA:
-        hints.append(f"The prior is nearly flat (smallest alpha = {np.min(alpha):.3g}): where the data (nearly) "
-                     "separate the classes, the posterior then reaches far beyond its curvature at the mode. Use a "
-                     "larger alpha (default 1.0).")
+        hints.append(
+            f"The prior is nearly flat (smallest alpha = {np.min(alpha):.3g}): where the data (nearly) "
+            "separate the classes, the posterior then reaches far beyond its curvature at the mode. Use a "
+            "larger alpha (default 1.0)."
+        )
     init_scale = getattr(estimator, "init_scale", None)
     if isinstance(estimator.init, str) and estimator.init == "random" and init_scale is not None and init_scale > 1:
         # The automatic step is set where the chains spend their time; chains started at
         # weights of this size meet forces (and, for the Euler thermostats, frictions) far
         # beyond it in their first steps.
-        hints.append(f"The chains started at random weights of scale init_scale={init_scale:g}, far from the "
-                     "posterior, where the step is too large for the forces: use a smaller init_scale (default 0.1).")
+        hints.append(
+            f"The chains started at random weights of scale init_scale={init_scale:g}, far from the "
+            "posterior, where the step is too large for the forces: use a smaller init_scale (default 0.1)."
+        )
     if not hints:
         return exc
-    return DivergenceError(" ".join([exc.args[0], *hints]), sampler=exc.sampler, step_size=exc.step_size,
-                           iteration=exc.iteration)
+    return DivergenceError(
+        " ".join([exc.args[0], *hints]), sampler=exc.sampler, step_size=exc.step_size, iteration=exc.iteration
+    )
 
 
 def _feature_scale_spread(X):
@@ -1265,12 +1415,12 @@ def _feature_scale_spread(X):
         blocks = range(0, X.shape[0], 4096)
         size = np.zeros(X.shape[1])
         for start in blocks:
-            np.maximum(size, np.abs(np.asarray(X[start:start + 4096], dtype=float)).max(axis=0), out=size)
+            np.maximum(size, np.abs(np.asarray(X[start : start + 4096], dtype=float)).max(axis=0), out=size)
         size[~(size > 0) | ~np.isfinite(size)] = 1.0
         shift = np.asarray(X[:1], dtype=float) / size
         total, total_sq = np.zeros(X.shape[1]), np.zeros(X.shape[1])
         for start in blocks:
-            block = np.asarray(X[start:start + 4096], dtype=float) / size - shift
+            block = np.asarray(X[start : start + 4096], dtype=float) / size - shift
             total += block.sum(axis=0)
             total_sq += np.einsum("ij,ij->j", block, block)
         mean = total / X.shape[0]
@@ -1308,5 +1458,8 @@ def _is_internal(filename):
     import skbayes_sg
 
     packages = tuple(os.path.dirname(m.__file__) + os.sep for m in (skbayes_sg, sklearn, joblib))
-    return (filename.startswith(packages)
-            or filename in (contextlib.__file__, functools.__file__, threadpoolctl.__file__))
+    return filename.startswith(packages) or filename in (
+        contextlib.__file__,
+        functools.__file__,
+        threadpoolctl.__file__,
+    )

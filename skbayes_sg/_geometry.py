@@ -80,8 +80,17 @@ class Geometry:
         return np.array(theta, dtype=float) if from_theta is None else from_theta(theta)
 
 
-def build_geometry(model, sampler, batch_size, gradient, map_estimate, auto_preconditioner=True,
-                   auto_control_variate=True, batch_scheme="replacement", start_at_map=False):
+def build_geometry(
+    model,
+    sampler,
+    batch_size,
+    gradient,
+    map_estimate,
+    auto_preconditioner=True,
+    auto_control_variate=True,
+    batch_scheme="replacement",
+    start_at_map=False,
+):
     """Decide the fit's :class:`Geometry`.
 
     Parameters

@@ -47,8 +47,10 @@ def to_inference_data(estimator, X=None, y=None, *, feature_names=None, random_s
     if isinstance(estimator, Pipeline):
         final = estimator[-1]
         if not isinstance(final, BaseSGBayes):
-            raise TypeError(f"to_inference_data() needs a Pipeline whose last step is a skbayes_sg estimator; its "
-                            f"last step is {type(final).__name__}.")
+            raise TypeError(
+                f"to_inference_data() needs a Pipeline whose last step is a skbayes_sg estimator; its "
+                f"last step is {type(final).__name__}."
+            )
         check_is_fitted(final, "samples_")
         head = estimator[:-1]
         if X is not None:
@@ -60,6 +62,8 @@ def to_inference_data(estimator, X=None, y=None, *, feature_names=None, random_s
                 feature_names = None  # a step that cannot name its outputs: the estimator's names
         estimator = final
     elif not isinstance(estimator, BaseSGBayes):
-        raise TypeError(f"to_inference_data() needs a fitted skbayes_sg estimator or a Pipeline ending in one; "
-                        f"got {type(estimator).__name__}.")
+        raise TypeError(
+            f"to_inference_data() needs a fitted skbayes_sg estimator or a Pipeline ending in one; "
+            f"got {type(estimator).__name__}."
+        )
     return estimator.to_inference_data(X, y, feature_names=feature_names, random_state=random_state)

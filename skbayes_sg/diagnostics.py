@@ -93,8 +93,7 @@ def _prepare(samples):
         scalar = False
     else:
         raise ValueError(
-            "samples must have shape (n_chains, n_draws) or "
-            f"(n_chains, n_draws, n_params); got shape {x.shape}"
+            f"samples must have shape (n_chains, n_draws) or (n_chains, n_draws, n_params); got shape {x.shape}"
         )
     if x.shape[0] < 1:
         raise ValueError("samples must contain at least one chain")
@@ -329,10 +328,7 @@ def _quantile_type7(x, prob):
 
 
 def _ess_tail_core(x):
-    low, high = (
-        _ess_core(_split_chains((x <= _quantile_type7(x, q)).astype(float)))
-        for q in _TAIL_PROBS
-    )
+    low, high = (_ess_core(_split_chains((x <= _quantile_type7(x, q)).astype(float))) for q in _TAIL_PROBS)
     # Python's ``min(low, high)`` as used by ArviZ.
     return np.where(high < low, high, low)
 
@@ -627,13 +623,20 @@ def posterior_summary(samples, names=None, ci=0.9, weights=None):
     if weights is None:
         diag = summarize(samples)
         lower, upper = np.quantile(flat, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
-        out.update(mean=diag["mean"], sd=diag["sd"], ci_lower=lower, ci_upper=upper, ess_bulk=diag["ess_bulk"],
-                   ess_tail=diag["ess_tail"], r_hat=diag["rhat"], mcse_mean=diag["mcse_mean"])
+        out.update(
+            mean=diag["mean"],
+            sd=diag["sd"],
+            ci_lower=lower,
+            ci_upper=upper,
+            ess_bulk=diag["ess_bulk"],
+            ess_tail=diag["ess_tail"],
+            r_hat=diag["rhat"],
+            mcse_mean=diag["mcse_mean"],
+        )
     else:
         w = np.asarray(weights, dtype=float).reshape(-1)
         mean = w @ flat
         sd = np.sqrt(np.maximum(w @ (flat - mean) ** 2, 0.0))
         nan = np.full(P, np.nan)
-        out.update(mean=mean, sd=sd, ci_lower=nan, ci_upper=nan, ess_bulk=nan, ess_tail=nan, r_hat=nan,
-                   mcse_mean=nan)
+        out.update(mean=mean, sd=sd, ci_lower=nan, ci_upper=nan, ess_bulk=nan, ess_tail=nan, r_hat=nan, mcse_mean=nan)
     return out

@@ -319,10 +319,31 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         "dtype": [StrOptions({"float32", "float64"})],
     }
 
-    def __init__(self, *, n_hidden=50, init_scale=0.1, dtype="float32", sampler="mccadl", n_iter="auto", burn_in="auto", thin=1,
-                 batch_size="auto", batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None,
-                 init="random", alpha=1.0, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0,
-                 class_weight=None, n_predict_draws="auto"):
+    def __init__(
+        self,
+        *,
+        n_hidden=50,
+        init_scale=0.1,
+        dtype="float32",
+        sampler="mccadl",
+        n_iter="auto",
+        burn_in="auto",
+        thin=1,
+        batch_size="auto",
+        batch_scheme="replacement",
+        gradient="auto",
+        n_chains=4,
+        n_jobs=None,
+        random_state=None,
+        init="random",
+        alpha=1.0,
+        fit_intercept=True,
+        warm_start=False,
+        max_draws="auto",
+        verbose=0,
+        class_weight=None,
+        n_predict_draws="auto",
+    ):
         self.n_hidden = n_hidden
         self.init_scale = init_scale
         self.dtype = dtype
@@ -356,8 +377,14 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     def _build_model(self, X, y):
         self._start_entropy = self._init_entropy()
         model = DRBMModel(
-            X, y, n_classes=self.classes_.size, n_hidden=self.n_hidden, alpha=self.alpha,
-            fit_intercept=self.fit_intercept, init_scale=self.init_scale, dtype=self.dtype,
+            X,
+            y,
+            n_classes=self.classes_.size,
+            n_hidden=self.n_hidden,
+            alpha=self.alpha,
+            fit_intercept=self.fit_intercept,
+            init_scale=self.init_scale,
+            dtype=self.dtype,
             random_state=np.random.SeedSequence([self._start_entropy, _MODEL_STREAM]),
         )
         self._set_monitor(model)
@@ -384,8 +411,9 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
             return -lp, -grad
 
         with np.errstate(over="ignore", invalid="ignore"):
-            res = minimize(objective, start, jac=True, method="L-BFGS-B",
-                           options={"maxiter": CURVATURE_LBFGS_ITER, "gtol": 0.0})
+            res = minimize(
+                objective, start, jac=True, method="L-BFGS-B", options={"maxiter": CURVATURE_LBFGS_ITER, "gtol": 0.0}
+            )
         return res.x if np.all(np.isfinite(res.x)) else start
 
     # -- the predictive convergence monitor ------------------------------------------------
@@ -401,6 +429,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         """:data:`AUTO_STEP_SCALE` for mCCAdL (the default, where it was measured), 1 for the
         other samplers (whose first-order or Euler steps have less room)."""
         return AUTO_STEP_SCALE if isinstance(sampler, MCCAdL) else 1.0
+
     _auto_batch_size = AUTO_BATCH_SIZE
     _auto_max_draws = AUTO_MAX_DRAWS
 
@@ -453,8 +482,11 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         variables = {"W": (W, ["hidden", "feature"]), "U": (U, ["hidden", "class"])}
         if self.fit_intercept:
             variables.update(c=(c, ["hidden"]), d=(d, ["class"]))
-        coords = {"hidden": np.arange(self.n_hidden), "feature": self._feature_names(feature_names),
-                  "class": [str(k) for k in self.classes_]}
+        coords = {
+            "hidden": np.arange(self.n_hidden),
+            "feature": self._feature_names(feature_names),
+            "class": [str(k) for k in self.classes_],
+        }
         return variables, coords
 
     def _set_posterior_attributes(self, model):
@@ -467,8 +499,11 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
             loss = self._per_draw_log_loss(self.samples_)
             self.sample_stats_["log_loss"] = loss
             summary = diagnostics.summarize(loss)
-            self.diagnostics_.update(predictive_rhat=summary["rhat"], predictive_ess=summary["ess_bulk"],
-                                     predictive_ess_tail=summary["ess_tail"])
+            self.diagnostics_.update(
+                predictive_rhat=summary["rhat"],
+                predictive_ess=summary["ess_bulk"],
+                predictive_ess_tail=summary["ess_tail"],
+            )
         # The monitor holds training rows: the fitted estimator does not keep them.
         self._monitor = self._monitor_cache = None
 
@@ -484,26 +519,33 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         if not np.isfinite(ess):
             messages.append(
                 f"{self.samples_.shape[1]} draw(s) per chain are too few to assess convergence (R-hat and ESS "
-                "need at least 4): increase n_iter or max_draws, or lower thin.")
+                "need at least 4): increase n_iter or max_draws, or lower thin."
+            )
         else:
             if rhat > RHAT_MAX:
                 messages.append(
                     f"the split R-hat of the per-draw training log loss is {rhat:.3f} > {RHAT_MAX}: the chains "
                     "disagree on the predictive (one may still be burning in or stuck in a worse mode). Run "
-                    "longer (a larger n_iter, which lengthens burn-in too).")
+                    "longer (a larger n_iter, which lengthens burn-in too)."
+                )
             if min(ess, ess_tail) < floor:
                 messages.append(
                     f"the bulk and tail ESS of the per-draw training log loss are {ess:.0f} and {ess_tail:.0f}, "
                     f"below {floor} ({ESS_MIN_PER_CHAIN} per chain): the predictive's Monte Carlo error is not "
-                    "yet reliable. Increase n_iter.")
+                    "yet reliable. Increase n_iter."
+                )
         if messages and np.isfinite(ess):
             # ESS grows about linearly with the run (the rule of n_iter="auto").
-            growth = required_growth({"ess_bulk": [ess], "ess_tail": [ess_tail], "rhat": [rhat]},
-                                     self.samples_.shape[0], self._run_length_ess_target)
+            growth = required_growth(
+                {"ess_bulk": [ess], "ess_tail": [ess_tail], "rhat": [rhat]},
+                self.samples_.shape[0],
+                self._run_length_ess_target,
+            )
             suggest = int(np.ceil(self.n_iter_ * max(growth, 1.25) / 1000.0)) * 1000
             messages.append(f"about n_iter={suggest} would reach it")
         if messages and self.n_iter == "auto" and "n_iter_blocks" in diag:
             messages.append(
                 f"n_iter='auto' stopped at its ceiling of {diag['n_iter_blocks'][-1]} iterations per chain: the "
-                "chains move too slowly for it. Use a larger step size or an explicit, larger n_iter.")
+                "chains move too slowly for it. Use a larger step size or an explicit, larger n_iter."
+            )
         return messages

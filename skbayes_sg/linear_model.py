@@ -31,7 +31,7 @@ def _standardised(y, m, s):
         return (y - m) / s
     out = np.memmap(tempfile.TemporaryFile(), dtype=np.float64, mode="w+", shape=np.shape(y))
     for start in range(0, out.shape[0], 65536):
-        out[start:start + 65536] = (y[start:start + 65536] - m) / s
+        out[start : start + 65536] = (y[start : start + 65536] - m) / s
     return out
 
 
@@ -219,10 +219,29 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
 
     _parameter_constraints = {**BaseSGBayesClassifier._parameter_constraints, **_GLM_PRIOR_CONSTRAINTS}
 
-    def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in="auto", thin=1, batch_size="auto",
-                 batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None, init="map",
-                 alpha=1.0, alpha_intercept=0.01, fit_intercept=True, warm_start=False, max_draws="auto",
-                 verbose=0, class_weight=None, n_predict_draws="auto"):
+    def __init__(
+        self,
+        *,
+        sampler="mccadl",
+        n_iter="auto",
+        burn_in="auto",
+        thin=1,
+        batch_size="auto",
+        batch_scheme="replacement",
+        gradient="auto",
+        n_chains=4,
+        n_jobs=None,
+        random_state=None,
+        init="map",
+        alpha=1.0,
+        alpha_intercept=0.01,
+        fit_intercept=True,
+        warm_start=False,
+        max_draws="auto",
+        verbose=0,
+        class_weight=None,
+        n_predict_draws="auto",
+    ):
         self.sampler = sampler
         self.n_iter = n_iter
         self.burn_in = burn_in
@@ -245,10 +264,17 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
 
     def _build_model(self, X, y):
         if self.classes_.size == 2:
-            return LogisticModel(X, y, alpha=self.alpha, alpha_intercept=self.alpha_intercept,
-                                 fit_intercept=self.fit_intercept)
-        return SoftmaxModel(X, y, n_classes=self.classes_.size, alpha=self.alpha,
-                            alpha_intercept=self.alpha_intercept, fit_intercept=self.fit_intercept)
+            return LogisticModel(
+                X, y, alpha=self.alpha, alpha_intercept=self.alpha_intercept, fit_intercept=self.fit_intercept
+            )
+        return SoftmaxModel(
+            X,
+            y,
+            n_classes=self.classes_.size,
+            alpha=self.alpha,
+            alpha_intercept=self.alpha_intercept,
+            fit_intercept=self.fit_intercept,
+        )
 
     def _set_posterior_attributes(self, model):
         self.coef_ = self._posterior_mean(self.coef_samples_)
@@ -260,10 +286,14 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
         coef = self.coef_samples_.reshape(C, D, *self.coef_.shape)
         intercept = self.intercept_samples_.reshape(C, D, *self.intercept_.shape)
         if self.coef_.shape[0] == 1:
-            return ({"coef": (coef[:, :, 0], ["feature"]), "intercept": (intercept[:, :, 0], [])},
-                    {"feature": features})
-        return ({"coef": (coef, ["class", "feature"]), "intercept": (intercept, ["class"])},
-                {"feature": features, "class": [str(c) for c in self.classes_]})
+            return (
+                {"coef": (coef[:, :, 0], ["feature"]), "intercept": (intercept[:, :, 0], [])},
+                {"feature": features},
+            )
+        return (
+            {"coef": (coef, ["class", "feature"]), "intercept": (intercept, ["class"])},
+            {"feature": features, "class": [str(c) for c in self.classes_]},
+        )
 
     # Views of samples_, not copies: memory and pickles stay at one copy of the draws.
     @property
@@ -489,11 +519,32 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         "noise_prior_rate": [Interval(Real, 0, None, closed="neither")],
     }
 
-    def __init__(self, *, sampler="mccadl", n_iter="auto", burn_in="auto", thin=1, batch_size="auto",
-                 batch_scheme="replacement", gradient="auto", n_chains=4, n_jobs=None, random_state=None, init="map",
-                 alpha=1.0, alpha_intercept=0.01, fit_intercept=True, warm_start=False, max_draws="auto", verbose=0,
-                 normalize_y=True, noise_precision=None, noise_prior_shape=1e-6, noise_prior_rate=1e-6,
-                 n_predict_draws="auto"):
+    def __init__(
+        self,
+        *,
+        sampler="mccadl",
+        n_iter="auto",
+        burn_in="auto",
+        thin=1,
+        batch_size="auto",
+        batch_scheme="replacement",
+        gradient="auto",
+        n_chains=4,
+        n_jobs=None,
+        random_state=None,
+        init="map",
+        alpha=1.0,
+        alpha_intercept=0.01,
+        fit_intercept=True,
+        warm_start=False,
+        max_draws="auto",
+        verbose=0,
+        normalize_y=True,
+        noise_precision=None,
+        noise_prior_shape=1e-6,
+        noise_prior_rate=1e-6,
+        n_predict_draws="auto",
+    ):
         self.sampler = sampler
         self.n_iter = n_iter
         self.burn_in = burn_in
@@ -580,8 +631,9 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         first = not hasattr(self, "samples_")
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
         if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True,
-                                                 allow_all_zero_weights=True)
+            sample_weight = _check_sample_weight(
+                sample_weight, X, dtype=np.float64, ensure_non_negative=True, allow_all_zero_weights=True
+            )
         if first or not hasattr(self, "y_scale_"):
             self._set_target_scaling(y, sample_weight)
         X_all, y_all, w_all = self._accumulate(X, y, sample_weight)
@@ -612,9 +664,14 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
             y = _standardised(y, m, s)
         tau = self.noise_precision
         return LinearRegressionModel(
-            X, y, alpha=self.alpha, alpha_intercept=self.alpha_intercept, fit_intercept=self.fit_intercept,
+            X,
+            y,
+            alpha=self.alpha,
+            alpha_intercept=self.alpha_intercept,
+            fit_intercept=self.fit_intercept,
             noise_precision=None if tau is None else tau * s * s,
-            noise_prior_shape=self.noise_prior_shape, noise_prior_rate=self.noise_prior_rate,
+            noise_prior_shape=self.noise_prior_shape,
+            noise_prior_rate=self.noise_prior_rate,
         )
 
     def _user_affine(self):
@@ -680,13 +737,17 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
             f"{name} diverged in the noise precision: log noise precision draws reach {s.min():.3g} .. "
             f"{s.max():.3g}, where exp underflows to 0 or overflows (step_size={step:.4g}). Use a smaller "
             "step_size or step_size='auto', standardise the targets, or hold noise_precision fixed.",
-            sampler=name, step_size=step)
+            sampler=name,
+            step_size=step,
+        )
 
     def _posterior_variables(self, feature_names=None):
         C, D = self.samples_.shape[:2]
         features = self._feature_names(feature_names)
-        variables = {"coef": (self.coef_samples_.reshape(C, D, -1), ["feature"]),
-                     "intercept": (self.intercept_samples_.reshape(C, D), [])}
+        variables = {
+            "coef": (self.coef_samples_.reshape(C, D, -1), ["feature"]),
+            "intercept": (self.intercept_samples_.reshape(C, D), []),
+        }
         if self.noise_precision is None:
             variables["noise_precision"] = (self.noise_precision_samples_.reshape(C, D), [])
         return variables, {"feature": features}

@@ -182,7 +182,7 @@ class MinibatchGradient:
         rng.bit_generator.state = saved["rng"]
         self._queue_rng = saved["rng"]
         self._fill_queue(rng)
-        del self._queue[saved["remaining"]:]
+        del self._queue[saved["remaining"] :]
 
     def gradient(self, theta, rng):
         """Noisy force ``F~(theta)`` (P,) and the minibatch's per-example gradients.
@@ -354,8 +354,9 @@ class ControlVariateGradient(MinibatchGradient):
     position_dependent_noise = True
     control_variate = True
 
-    def __init__(self, model, batch_size=None, scheme="replacement", theta_hat=None, g_hat=None,
-                 row_probabilities=None):
+    def __init__(
+        self, model, batch_size=None, scheme="replacement", theta_hat=None, g_hat=None, row_probabilities=None
+    ):
         super().__init__(model, batch_size, scheme, row_probabilities)
         self.theta_hat = np.array(theta_hat, dtype=float)
         if g_hat is None:
@@ -413,8 +414,16 @@ class TaylorControlVariateGradient(ControlVariateGradient):
         log-concave likelihood), when already known; computed here otherwise.
     """
 
-    def __init__(self, model, batch_size=None, scheme="replacement", theta_hat=None, g_hat=None,
-                 row_probabilities=None, H_hat=None):
+    def __init__(
+        self,
+        model,
+        batch_size=None,
+        scheme="replacement",
+        theta_hat=None,
+        g_hat=None,
+        row_probabilities=None,
+        H_hat=None,
+    ):
         super().__init__(model, batch_size, scheme, theta_hat, g_hat, row_probabilities)
         if H_hat is None:
             H_hat = model.loglik_hessian(self.theta_hat)
@@ -429,7 +438,8 @@ class TaylorControlVariateGradient(ControlVariateGradient):
         # One "path" per row: the remainders of the rows one by one, (n, P).
         paths = np.broadcast_to(theta, (rows.size, theta.size))
         return DensePerExampleGradients(
-            self.model.taylor_remainder_paths(paths, self.theta_hat, rows[:, None], self._cache))
+            self.model.taylor_remainder_paths(paths, self.theta_hat, rows[:, None], self._cache)
+        )
 
     def _data_term(self, theta, grads, scale):
         out = super()._data_term(theta, grads, scale)

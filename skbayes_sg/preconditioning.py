@@ -62,13 +62,17 @@ def curvature_factor(model, theta_hat, kind):
             H = model.hessian(theta_hat)
     if kind == "diag":
         if not np.all(np.isfinite(d)):
-            raise ValueError("The curvature of the log posterior at the MAP is not finite; standardise the "
-                             "features or use preconditioner='none'.")
+            raise ValueError(
+                "The curvature of the log posterior at the MAP is not finite; standardise the "
+                "features or use preconditioner='none'."
+            )
         d = np.maximum(d, max(float(d.max()), 1e-300) * 1e-10)
         return 1.0 / np.sqrt(d)
     if not np.all(np.isfinite(H)):
-        raise ValueError("The Hessian of the log posterior at the MAP is not finite; standardise the features "
-                         "or use preconditioner='none'.")
+        raise ValueError(
+            "The Hessian of the log posterior at the MAP is not finite; standardise the features "
+            "or use preconditioner='none'."
+        )
     try:
         C = cholesky(H, lower=True)
         # L = C^-T is upper triangular; the lower Cholesky factor of H^-1 has the same

@@ -62,8 +62,18 @@ def sample(sampler, model, start, n_iter, n_burn, batch_size, step_size, n_chain
     The chains run in this process (joblib's default ``n_jobs``), so a test's monkeypatches
     of the sampler modules apply to them.
     """
-    results = run_chains(with_step(sampler, step_size), model, [np.asarray(start, float)] * n_chains, n_iter,
-                         n_burn, thin, None, batch_size, "replacement", np.random.SeedSequence(seed).spawn(n_chains))
+    results = run_chains(
+        with_step(sampler, step_size),
+        model,
+        [np.asarray(start, float)] * n_chains,
+        n_iter,
+        n_burn,
+        thin,
+        None,
+        batch_size,
+        "replacement",
+        np.random.SeedSequence(seed).spawn(n_chains),
+    )
     draws = np.stack([r.draws for r in results])
     stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
     return draws, stats
@@ -102,8 +112,8 @@ def mcse_sd(draws):
     draws = np.asarray(draws, float)
     c2 = (draws - draws.reshape(-1, draws.shape[-1]).mean(axis=0)) ** 2
     flat = c2.reshape(-1, draws.shape[-1])
-    m2, m4 = flat.mean(axis=0), (flat ** 2).mean(axis=0)
-    var_var = (m4 - m2 ** 2) / ess_mean(c2)
+    m2, m4 = flat.mean(axis=0), (flat**2).mean(axis=0)
+    var_var = (m4 - m2**2) / ess_mean(c2)
     return np.sqrt(var_var / (4.0 * m2))
 
 
@@ -256,7 +266,7 @@ class _Affine:
     def fixed_point(self):
         """The stationary covariance; NaN if the recursion is unstable (no stationary law)."""
         n2 = self.c.size
-        n = int(round(n2 ** 0.5))
+        n = int(round(n2**0.5))
         C = np.linalg.solve(np.eye(n2) - self.K, self.c).reshape(n, n)
         C = 0.5 * (C + C.T)
         # The noise enters every coordinate within an iteration or two, so a stable
@@ -282,7 +292,7 @@ class _Ops:
 
     def lin(self, M):
         """``z <- M z``."""
-        return _Affine(np.kron(M, M), np.zeros(self.n ** 2))
+        return _Affine(np.kron(M, M), np.zeros(self.n**2))
 
     def embed(self, V_vec, block):
         """Embed a P x P (vectorised) covariance into ``block`` of z's covariance."""
@@ -295,7 +305,7 @@ class _Ops:
     def noise(self, V, block=None):
         """Add independent noise of covariance ``V`` (P x P) to ``block`` (default p)."""
         block = self.Pm if block is None else block
-        return _Affine(np.eye(self.n ** 2), self.embed(np.ravel(V), block))
+        return _Affine(np.eye(self.n**2), self.embed(np.ravel(V), block))
 
     def force_noise(self, scale, block=None):
         """Add ``scale^2 Cov(delta)``, the force noise at the current ``e``, to ``block``.
@@ -304,14 +314,14 @@ class _Ops:
         sub-step (the kicks); SGLD combines it with its position update.
         """
         block = self.Pm if block is None else block
-        K = np.eye(self.n ** 2) + scale ** 2 * np.kron(block, block) @ self.nm.Q @ self.select(self.E)
-        return _Affine(K, scale ** 2 * self.embed(self.nm.sigma0.ravel(), block))
+        K = np.eye(self.n**2) + scale**2 * np.kron(block, block) @ self.nm.Q @ self.select(self.E)
+        return _Affine(K, scale**2 * self.embed(self.nm.sigma0.ravel(), block))
 
     def sigma_diag_noise(self, coef):
         """Add ``coef * diag(Sigma(m) + Q(C_ee))`` to the p block (SGHMC's ``-2 h B^``)."""
         P = self.P
         diag = np.diag(np.eye(P).ravel())  # keeps the diagonal of a vectorised P x P matrix
-        K = np.eye(self.n ** 2) + coef * np.kron(self.Pm, self.Pm) @ diag @ self.nm.Q @ self.select(self.E)
+        K = np.eye(self.n**2) + coef * np.kron(self.Pm, self.Pm) @ diag @ self.nm.Q @ self.select(self.E)
         return _Affine(K, coef * self.embed(diag @ self.nm.sigma0.ravel(), self.Pm))
 
 
@@ -386,8 +396,7 @@ def predicted_moments(sampler, model, mean, cov, h, batch_size, noise=1.0, frict
         # part depends on theta *before* the update, hence one operator for both.
         force = ops.force_noise(h, block=ops.E)
         move = ops.lin(I - h * H)
-        step = _compose(_Affine(move.K + force.K - np.eye(P * P), force.c),
-                        ops.noise(2 * h * T * noise * I, ops.E))
+        step = _compose(_Affine(move.K + force.K - np.eye(P * P), force.c), ops.noise(2 * h * T * noise * I, ops.E))
         C = step.fixed_point()
         return Moments(np.sqrt(np.diag(C)), None, None)
 
@@ -549,8 +558,9 @@ class Case:
         """:func:`predicted_moments` of this case (cached), with mutation ``factors``."""
         key = tuple(sorted(factors.items()))
         if key not in self._predictions:
-            self._predictions[key] = predicted_moments(self.sampler, self.model, self.mean, self.cov, self.h,
-                                                       self.batch_size, **factors)
+            self._predictions[key] = predicted_moments(
+                self.sampler, self.model, self.mean, self.cov, self.h, self.batch_size, **factors
+            )
         return self._predictions[key]
 
     def run(self, seed=1):
@@ -563,8 +573,18 @@ class Case:
         summaries : list of dict
             Each chain's state ``summary()`` (e.g. SGHMC's ``noise_clipped``).
         """
-        results = run_chains(with_step(self.sampler, self.h), self.model, [self.mean] * 4, self.n_iter, self.n_burn,
-                             1, None, self.batch_size, "replacement", np.random.SeedSequence(seed).spawn(4))
+        results = run_chains(
+            with_step(self.sampler, self.h),
+            self.model,
+            [self.mean] * 4,
+            self.n_iter,
+            self.n_burn,
+            1,
+            None,
+            self.batch_size,
+            "replacement",
+            np.random.SeedSequence(seed).spawn(4),
+        )
         draws = np.stack([r.draws for r in results])
         stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
         return draws, stats, [r.summary for r in results]

@@ -47,6 +47,8 @@ class PoissonRegression(Model):
     def predict_draws(self, thetas, X):
         Xa = np.column_stack([np.asarray(X, dtype=float), np.ones(len(X))])
         return np.exp(thetas @ Xa.T)  # the rate exp(x . w + b) per draw, (S, n)
+
+
 # -- example: end
 
 
@@ -76,19 +78,25 @@ def test_example_gradients_and_derived_curvature_match_finite_differences():
     model = _problem()
     theta, eps = np.array([0.7, 0.4]), 1e-6
     E = np.eye(model.n_params)
-    fd = np.array([(model.log_posterior(theta + eps * e) - model.log_posterior(theta - eps * e)) / (2 * eps)
-                   for e in E])
+    fd = np.array(
+        [(model.log_posterior(theta + eps * e) - model.log_posterior(theta - eps * e)) / (2 * eps) for e in E]
+    )
     np.testing.assert_allclose(model.grad_log_posterior(theta), fd, rtol=1e-6)
     rows = np.array([3, 3, 17, 250])
-    np.testing.assert_allclose(model.per_example_gradients(theta, rows).mean() * rows.size,
-                               model.log_likelihood_and_grad(theta, rows)[1], rtol=1e-12)
+    np.testing.assert_allclose(
+        model.per_example_gradients(theta, rows).mean() * rows.size,
+        model.log_likelihood_and_grad(theta, rows)[1],
+        rtol=1e-12,
+    )
     # Derived by the base class: the Hessian of the log posterior, exactly X' diag(mu) X + alpha I here.
     mu = np.exp(model.X @ theta)
     exact = -(model.X.T * mu) @ model.X - model.alpha * E
     np.testing.assert_allclose(model.posterior_hessian(theta), exact, rtol=1e-6)
-    np.testing.assert_allclose(model.loglik_grad_paths(np.stack([theta, 2 * theta]), np.stack([rows, rows])),
-                               [model.log_likelihood_and_grad(t, rows)[1] for t in (theta, 2 * theta)],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        model.loglik_grad_paths(np.stack([theta, 2 * theta]), np.stack([rows, rows])),
+        [model.log_likelihood_and_grad(t, rows)[1] for t in (theta, 2 * theta)],
+        rtol=1e-12,
+    )
 
 
 @pytest.mark.statistical
@@ -97,9 +105,18 @@ def test_example_sampled_with_mccadl_matches_the_exact_posterior():
     theta_map, mean, sd = _exact_moments(model)
     # -- fit: begin
     lam = np.linalg.eigvalsh(-model.posterior_hessian(theta_map))[-1]  # stiffest curvature
-    chains = run_chains(MCCAdL(step_size=0.2 / np.sqrt(lam)), model, starts=[theta_map] * 4, n_iter=5000,
-                        n_burn=1000, thin=1, max_draws=None, batch_size=30, batch_scheme="replacement",
-                        seeds=np.random.SeedSequence(0).spawn(4))
+    chains = run_chains(
+        MCCAdL(step_size=0.2 / np.sqrt(lam)),
+        model,
+        starts=[theta_map] * 4,
+        n_iter=5000,
+        n_burn=1000,
+        thin=1,
+        max_draws=None,
+        batch_size=30,
+        batch_scheme="replacement",
+        seeds=np.random.SeedSequence(0).spawn(4),
+    )
     draws = np.stack([c.draws for c in chains])  # (chains, draws, P)
     # -- fit: end
     flat = draws.reshape(-1, model.n_params)

@@ -12,8 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from skbayes_sg import SGBayesLinearRegression
-from skbayes_sg import samplers
+from skbayes_sg import SGBayesLinearRegression, samplers
 from skbayes_sg.samplers import BaseSampler, SamplerState, register
 
 
@@ -58,6 +57,8 @@ class PSGLD(BaseSampler):
     def end_adaptation(self, state):
         state.adapting = False
         return state
+
+
 # -----------------------------------------------------------------------------------------------
 
 
@@ -68,8 +69,15 @@ def test_example_sampler_recovers_the_exact_posterior_mean(monkeypatch):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 3)) * [1.0, 3.0, 0.3]
     y = X @ [1.0, -0.5, 2.0] + 0.7 + rng.normal(size=300)
-    reg = SGBayesLinearRegression(sampler="psgld", noise_precision=1.0, normalize_y=False, alpha_intercept=1.0,
-                                  n_iter=6000, n_chains=4, random_state=0).fit(X, y)
+    reg = SGBayesLinearRegression(
+        sampler="psgld",
+        noise_precision=1.0,
+        normalize_y=False,
+        alpha_intercept=1.0,
+        n_iter=6000,
+        n_chains=4,
+        random_state=0,
+    ).fit(X, y)
     # Exact posterior: N(m, S), S = (Xa'Xa + I)^-1, m = S Xa'y (noise precision 1, prior N(0, I)).
     Xa = np.column_stack([X, np.ones(len(y))])
     S = np.linalg.inv(Xa.T @ Xa + np.eye(4))

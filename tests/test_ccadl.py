@@ -2,8 +2,8 @@
 the moving-average covariance estimate, and the Normal-Gamma comparison of its Table 1."""
 
 import numpy as np
-from sklearn.base import clone
 import pytest
+from sklearn.base import clone
 
 from skbayes_sg._chains import run_chain
 from skbayes_sg.diagnostics import ess_bulk, mcse_mean
@@ -26,8 +26,12 @@ def _linreg_problem(seed=0, N=200, D=2, tau=1.0, alpha=1.0):
 
 def _run(sampler, model, start, n_iter, batch_size, seeds, h):
     sampler = clone(sampler).set_params(step_size=h)
-    results = [run_chain(sampler, model, start, n_iter, n_iter // 5, 1, n_iter, batch_size, "replacement",
-                         np.random.SeedSequence(s)) for s in seeds]
+    results = [
+        run_chain(
+            sampler, model, start, n_iter, n_iter // 5, 1, n_iter, batch_size, "replacement", np.random.SeedSequence(s)
+        )
+        for s in seeds
+    ]
     draws = np.stack([r.draws for r in results])
     stats = {k: np.stack([r.stats[k] for r in results])[..., None] for k in results[0].stats}
     return draws, stats
@@ -120,8 +124,9 @@ def test_covariance_choice_and_validation():
     model = LogisticModel(np.zeros((10, MAX_FULL_PARAMS)), np.zeros(10))
     with pytest.raises(ValueError, match="P <= 500"):
         sampler.init_state(np.zeros(model.n_params), MinibatchGradient(model, 5), np.random.default_rng(0))
-    state = CCAdL(step_size=0.1).init_state(np.zeros(model.n_params), MinibatchGradient(model, 5),
-                                            np.random.default_rng(0))
+    state = CCAdL(step_size=0.1).init_state(
+        np.zeros(model.n_params), MinibatchGradient(model, 5), np.random.default_rng(0)
+    )
     assert state.covariance == "diag" and state.I_hat.shape == (model.n_params,)
 
 

@@ -188,9 +188,7 @@ def test_ess_ar1_matches_theory(phi):
     ess = ess_bulk(x)
     assert np.all(np.abs(ess / theory - 1) < 0.2)
     assert abs(ess.mean() / theory - 1) < 0.1
-    np.testing.assert_allclose(
-        mcse_mean(x), np.sqrt((1 + phi) / (1 - phi) / n), rtol=0.15
-    )
+    np.testing.assert_allclose(mcse_mean(x), np.sqrt((1 + phi) / (1 - phi) / n), rtol=0.15)
 
 
 @pytest.mark.statistical
@@ -268,10 +266,7 @@ def test_ess_matches_scalar_reference(phi, n_chains, n_draws):
         assert ess_bulk(xj) == pytest.approx(bulk, rel=1e-9)
         sd = xj.std(ddof=1)
         assert mcse_mean(xj) == pytest.approx(sd / np.sqrt(_reference_ess(split)), rel=1e-9)
-        tails = [
-            _reference_ess(_reference_split((xj <= np.quantile(xj, q)).astype(float)))
-            for q in (0.05, 0.95)
-        ]
+        tails = [_reference_ess(_reference_split((xj <= np.quantile(xj, q)).astype(float))) for q in (0.05, 0.95)]
         assert ess_tail(xj) == pytest.approx(min(tails), rel=1e-9)
 
 
@@ -280,9 +275,7 @@ def test_autocovariance_matches_direct_formula():
     x = rng.normal(size=(3, 17, 2))  # (C, N, P) as the user passes it
     centred = x - x.mean(axis=1, keepdims=True)
     n = x.shape[1]
-    direct = np.array(
-        [(centred[:, : n - k] * centred[:, k:]).sum(axis=1).mean(axis=0) / n for k in range(n)]
-    )
+    direct = np.array([(centred[:, : n - k] * centred[:, k:]).sum(axis=1).mean(axis=0) / n for k in range(n)])
     internal = np.ascontiguousarray(np.moveaxis(x, 2, 0))  # (P, C, N)
     np.testing.assert_allclose(_mean_autocov(internal), direct, rtol=1e-12, atol=1e-14)
 

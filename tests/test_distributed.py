@@ -19,8 +19,9 @@ from skbayes_sg.samplers import SGLD, SGNHT  # noqa: E402
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                       dashboard_address=None, silence_logs=50)
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None, silence_logs=50
+    )
     with distributed.Client(cluster) as c:
         yield c
     cluster.close()
@@ -66,8 +67,19 @@ def test_model_is_sent_once_not_once_per_chain(client):
     seeds = np.random.SeedSequence(0).spawn(4)
     _PICKLES.clear()
     with parallel_config(backend="dask"):
-        run_chains(SGNHT(step_size=1e-3), model, [np.zeros(model.n_params)] * 4, 50, 10, 1, None, 100,
-                   "replacement", seeds, n_jobs=-1)
+        run_chains(
+            SGNHT(step_size=1e-3),
+            model,
+            [np.zeros(model.n_params)] * 4,
+            50,
+            10,
+            1,
+            None,
+            100,
+            "replacement",
+            seeds,
+            n_jobs=-1,
+        )
     assert len(_PICKLES) == 1
 
 
@@ -85,8 +97,14 @@ def ray_backend(tmp_path_factory):
         from ray.util.joblib import register_ray
 
         # Two CPUs, no dashboard, session files under pytest's temporary directory.
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 _node_ip_address="127.0.0.1", _temp_dir=str(tmp_path_factory.mktemp("ray")))
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            _node_ip_address="127.0.0.1",
+            _temp_dir=str(tmp_path_factory.mktemp("ray")),
+        )
         register_ray()
         yield
     finally:

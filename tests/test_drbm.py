@@ -44,8 +44,16 @@ def _small_model(fit_intercept=True, operator_dtype="float64", N=40, D=4, C=3, H
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(N, D))
     y = rng.integers(0, C, size=N)
-    model = DRBMModel(X, y, n_classes=C, n_hidden=H, fit_intercept=fit_intercept, init_scale=1.0,
-                      operator_dtype=operator_dtype, random_state=seed)
+    model = DRBMModel(
+        X,
+        y,
+        n_classes=C,
+        n_hidden=H,
+        fit_intercept=fit_intercept,
+        init_scale=1.0,
+        operator_dtype=operator_dtype,
+        random_state=seed,
+    )
     theta = model.initial_point() + 0.5 * rng.normal(size=model.n_params)
     return model, theta, X, y
 
@@ -67,6 +75,7 @@ def test_log_likelihood_and_gradients_match_reference_and_finite_differences(fit
     eps = 1e-6
     eye = np.eye(model.n_params)
     for i in (0, 7):
+
         def f(t, i=i):
             return model.log_likelihood_and_grad(t, np.array([i]))[0]
 
@@ -210,8 +219,11 @@ def _samplers():
     """
     from skbayes_sg import samplers as s
 
-    out = [("sgld", dict(step_size=1e-2), 50, 1500), ("sghmc", dict(step_size=3e-2, friction=5.0), 50, 1500),
-           ("sgnht", dict(step_size=3e-2, friction=5.0), 50, 1500)]
+    out = [
+        ("sgld", dict(step_size=1e-2), 50, 1500),
+        ("sghmc", dict(step_size=3e-2, friction=5.0), 50, 1500),
+        ("sgnht", dict(step_size=3e-2, friction=5.0), 50, 1500),
+    ]
     if hasattr(s, "CCAdL"):
         # Euler-type and unstable at h = 0.03 (the papers' point), hence the smaller step.
         out.append(("ccadl", dict(step_size=2e-2, friction=5.0), 50, 2000))
@@ -222,16 +234,23 @@ def _samplers():
     return out
 
 
-@pytest.mark.parametrize("name, params, batch_size, n_iter", _samplers(),
-                         ids=[case[0] for case in _samplers()])
+@pytest.mark.parametrize("name, params, batch_size, n_iter", _samplers(), ids=[case[0] for case in _samplers()])
 def test_every_sampler_learns_a_nonlinear_boundary(name, params, batch_size, n_iter):
     samplers = importlib.import_module("skbayes_sg.samplers")
     sampler = samplers.SAMPLERS[name](**params)
     X, y = _moons()
     labels = np.array(["blue", "red"])[y]
     # alpha = 0.1: under alpha = 1 even the MAP point is nearly linear on these moons (0.85).
-    clf = SGBayesDRBMClassifier(n_hidden=10, alpha=0.1, init_scale=1.0, sampler=sampler, n_iter=n_iter,
-                                batch_size=batch_size, n_chains=2, random_state=0)
+    clf = SGBayesDRBMClassifier(
+        n_hidden=10,
+        alpha=0.1,
+        init_scale=1.0,
+        sampler=sampler,
+        n_iter=n_iter,
+        batch_size=batch_size,
+        n_chains=2,
+        random_state=0,
+    )
     clf.fit(X, labels)
     proba = clf.predict_proba(X)
     assert proba.shape == (300, 2) and np.all(np.isfinite(proba))
@@ -260,14 +279,14 @@ def test_random_init_gives_each_chain_its_own_reproducible_start():
 
 def test_other_inits_and_no_intercept():
     X, y = _moons()
-    clf = SGBayesDRBMClassifier(n_hidden=3, n_iter=10, n_chains=2, init="zeros", random_state=0,
-                                fit_intercept=False, sampler="sgld").fit(X, y)
+    clf = SGBayesDRBMClassifier(
+        n_hidden=3, n_iter=10, n_chains=2, init="zeros", random_state=0, fit_intercept=False, sampler="sgld"
+    ).fit(X, y)
     assert clf.samples_.shape[-1] == 3 * 2 + 3 * 2
     assert not np.any(clf.intercept_hidden_) and not np.any(clf.intercept_class_)
     P = 3 * 2 + 3 * 2 + 3 + 2
     start = np.full(P, 0.1)
-    clf = SGBayesDRBMClassifier(n_hidden=3, n_iter=5, n_chains=2, init=start, random_state=0,
-                                sampler="sgld").fit(X, y)
+    clf = SGBayesDRBMClassifier(n_hidden=3, n_iter=5, n_chains=2, init=start, random_state=0, sampler="sgld").fit(X, y)
     assert clf.samples_.shape == (2, 4, P)
     with pytest.raises(ValueError, match="init array has shape"):
         SGBayesDRBMClassifier(n_hidden=3, n_iter=5, init=np.zeros(4)).fit(X, y)

@@ -42,7 +42,7 @@ def _digits_like(dtype="float64", N=150, D=20, C=10, H=40, scale=1.0, seed=0):
     y = rng.integers(0, C, size=N)
     model = DRBMModel(X, y, n_classes=C, n_hidden=H, init_scale=scale, dtype=dtype, random_state=seed)
     theta = model.initial_point()
-    theta[H * D + H * C:] = rng.normal(size=H + C)  # biases too
+    theta[H * D + H * C :] = rng.normal(size=H + C)  # biases too
     return model, theta, X, y
 
 
@@ -58,8 +58,12 @@ def test_kernel_matches_the_textbook_formulas_in_double(scale):
     grads = model.per_example_gradients(theta, idx)
     _, g_idx = _reference(model, theta, X[idx], y[idx])
     np.testing.assert_allclose(grads.mean() * idx.size, g_idx, rtol=1e-10, atol=1e-10 * np.abs(g_idx).max())
-    np.testing.assert_allclose(grads.A.sum(axis=0).ravel(), g_idx[model.n_hidden * model.n_features:][
-        :model.n_hidden * model.n_classes], rtol=1e-5, atol=1e-6 * np.abs(g_idx).max())
+    np.testing.assert_allclose(
+        grads.A.sum(axis=0).ravel(),
+        g_idx[model.n_hidden * model.n_features :][: model.n_hidden * model.n_classes],
+        rtol=1e-5,
+        atol=1e-6 * np.abs(g_idx).max(),
+    )
 
 
 def test_kernel_gradient_matches_finite_differences():
@@ -160,8 +164,15 @@ def test_auto_run_length_stops_on_the_predictive_without_warning_while_the_weigh
     # (hidden units sit in different, equivalent orders in different chains): no warning.
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        clf = SGBayesDRBMClassifier(n_hidden=4, sampler=SGHMC(step_size=0.05), n_iter="auto", n_chains=4,
-                                    batch_size=None, max_draws=500, random_state=0).fit(X, y)
+        clf = SGBayesDRBMClassifier(
+            n_hidden=4,
+            sampler=SGHMC(step_size=0.05),
+            n_iter="auto",
+            n_chains=4,
+            batch_size=None,
+            max_draws=500,
+            random_state=0,
+        ).fit(X, y)
     d = clf.diagnostics_
     assert d["predictive_rhat"] < 1.01 and min(d["predictive_ess"], d["predictive_ess_tail"]) >= 400
     assert len(d["n_iter_blocks"]) > 1 and clf.n_iter_ == d["n_iter_blocks"][-1]
@@ -196,8 +207,9 @@ def test_auto_defaults_resolve_to_the_drbm_values_and_the_ceiling_warns(monkeypa
     # n_iter="auto" stops at the DRBM's ceiling and says so when the predictive lags.
     monkeypatch.setattr(SGBayesDRBMClassifier, "_run_length_max_iter", 1200)
     Xm, ym = _moons()
-    slow = SGBayesDRBMClassifier(n_hidden=2, sampler=SGHMC(step_size=0.002), n_chains=2, batch_size=None,
-                                 random_state=0)
+    slow = SGBayesDRBMClassifier(
+        n_hidden=2, sampler=SGHMC(step_size=0.002), n_chains=2, batch_size=None, random_state=0
+    )
     with pytest.warns(ConvergenceWarning, match="stopped at its ceiling of 1200") as record:
         slow.fit(Xm, ym)
     # ...and names the run length that would reach the targets, from the ESS it got.

@@ -23,8 +23,14 @@ def _sparse_problem(N=60, D=12, C=3, H=5, density=0.25, seed=0):
 
 
 def _pair(X, y, fit_intercept=True, operator_dtype="float64", fmt="csr"):
-    kw = dict(n_classes=3, n_hidden=5, fit_intercept=fit_intercept, init_scale=1.0,
-              operator_dtype=operator_dtype, random_state=0)
+    kw = dict(
+        n_classes=3,
+        n_hidden=5,
+        fit_intercept=fit_intercept,
+        init_scale=1.0,
+        operator_dtype=operator_dtype,
+        random_state=0,
+    )
     dense = DRBMModel(X, y, **kw)
     sparse = DRBMModel(sp.csr_matrix(X).asformat(fmt), y, **kw)
     theta = dense.initial_point() + 0.5 * np.random.default_rng(1).normal(size=dense.n_params)
@@ -81,8 +87,9 @@ def test_sparse_likelihood_gradient_and_predictive_equal_dense(fmt):
     for Xq in (sp.csr_matrix(X).asformat(fmt), sp.csr_array(X)):
         lp = sparse.log_proba_draws(thetas, Xq)
         np.testing.assert_allclose(lp, dense.log_proba_draws(thetas, X), rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(sparse.without_data().predict_draws(thetas, Xq),
-                                   dense.predict_draws(thetas, X), rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(
+            sparse.without_data().predict_draws(thetas, Xq), dense.predict_draws(thetas, X), rtol=1e-12, atol=1e-15
+        )
     np.testing.assert_allclose(lp[0, np.arange(130), y], ll_ref, rtol=1e-10)
 
 
@@ -202,7 +209,6 @@ def test_operator_products_never_densify_the_minibatch():
 def test_fit_memory_scales_with_the_nonzeros_not_the_dense_size():
     # Dense, this X would take 20,000 x 2,000 x 8 bytes = 320 MB; it holds 40,000 non-zeros.
     X, y = _wide_sparse(N=20_000, D=2_000, nnz_per_row=2)
-    clf = SGBayesDRBMClassifier(n_hidden=5, sampler="sghmc", n_iter=20, n_chains=1, max_draws=5,
-                                random_state=0)
+    clf = SGBayesDRBMClassifier(n_hidden=5, sampler="sghmc", n_iter=20, n_chains=1, max_draws=5, random_state=0)
     peak = _peak_bytes(lambda: clf.fit(X, y).predict_proba(X))
     assert peak < 32e6, f"peak allocation {peak / 1e6:.1f} MB against 320 MB dense: X was densified"

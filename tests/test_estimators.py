@@ -28,12 +28,15 @@ def _expected_failed_checks(estimator):
     # predictions, above the check's rtol of 1e-7 (tests/test_sample_weight.py compares
     # the posteriors).
     reason = "stochastic sampler: weighted and repeated rows agree in distribution and to ~1e-6, not to 1e-7"
-    return {"check_sample_weight_equivalence_on_dense_data": reason,
-            "check_sample_weight_equivalence_on_sparse_data": reason}
+    return {
+        "check_sample_weight_equivalence_on_dense_data": reason,
+        "check_sample_weight_equivalence_on_sparse_data": reason,
+    }
 
 
-@parametrize_with_checks([SGBayesLogisticRegression(**FAST), SGBayesLinearRegression(**FAST)],
-                         expected_failed_checks=_expected_failed_checks)
+@parametrize_with_checks(
+    [SGBayesLogisticRegression(**FAST), SGBayesLinearRegression(**FAST)], expected_failed_checks=_expected_failed_checks
+)
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 
@@ -87,8 +90,9 @@ def test_classifier_attributes_and_predictive(cancer):
     assert d["gradient"] == "control_variate" and d["noise_eigenvalue"] > 0
     assert d["n_grad_evals"] == 2 * (1 + 50) * 200 * 2
     # ...and one more, independent, per iteration for Sigma with sigma_estimate="independent".
-    mini = SGBayesLogisticRegression(sampler=MCCAdL(sigma_estimate="independent"), n_iter=50, n_chains=2,
-                                     batch_size=200, random_state=0).fit(X, y)
+    mini = SGBayesLogisticRegression(
+        sampler=MCCAdL(sigma_estimate="independent"), n_iter=50, n_chains=2, batch_size=200, random_state=0
+    ).fit(X, y)
     assert mini.diagnostics_["n_grad_evals"] == 2 * (1 + 2 * 50) * 200 * 2
     assert clf.n_iter_ == 500
 
@@ -178,9 +182,16 @@ def test_predictive_std_matches_exact_posterior_predictive():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 2))
     y = X @ [1.0, -2.0] + 0.3 + rng.normal(size=200)
-    reg = SGBayesLinearRegression(sampler=SGLD(step_size=2e-4), noise_precision=1.0, batch_size=None,
-                                  n_iter=6000, n_chains=4, random_state=0, normalize_y=False,
-                                  alpha_intercept=1.0).fit(X, y)
+    reg = SGBayesLinearRegression(
+        sampler=SGLD(step_size=2e-4),
+        noise_precision=1.0,
+        batch_size=None,
+        n_iter=6000,
+        n_chains=4,
+        random_state=0,
+        normalize_y=False,
+        alpha_intercept=1.0,
+    ).fit(X, y)
     Xa = np.column_stack([X, np.ones(200)])
     S = np.linalg.inv(Xa.T @ Xa + np.eye(3))
     Xq = np.array([[0.0, 0.0], [3.0, -3.0]])
@@ -240,8 +251,7 @@ def test_warm_start_continues_the_chains(cancer):
 
 def test_warm_start_keeps_memory_bounded(cancer):
     X, y = cancer
-    clf = SGBayesLogisticRegression(n_iter=300, n_chains=1, warm_start=True, max_draws=100,
-                                    random_state=0).fit(X, y)
+    clf = SGBayesLogisticRegression(n_iter=300, n_chains=1, warm_start=True, max_draws=100, random_state=0).fit(X, y)
     assert clf.samples_.shape[1] == 80 and clf.diagnostics_["thin"] == 3
     clf.fit(X, y)
     # 540 iterations after burn-in: the grid coarsens from 3 to 6 (a multiple, so the draws
@@ -273,8 +283,7 @@ def test_divergence_raises_with_sampler_step_and_iteration(cancer):
 def test_divergence_crosses_process_boundary(cancer):
     X, y = cancer
     # |1 - h alpha| = 99: the prior's pull alone overflows within a few hundred steps.
-    clf = SGBayesLogisticRegression(sampler=SGLD(step_size=100.0), n_iter=400, n_chains=2, n_jobs=2,
-                                    random_state=0)
+    clf = SGBayesLogisticRegression(sampler=SGLD(step_size=100.0), n_iter=400, n_chains=2, n_jobs=2, random_state=0)
     with pytest.raises(DivergenceError) as info:
         clf.fit(X, y)
     assert info.value.sampler == "SGLD"
@@ -298,8 +307,7 @@ def test_pipeline_clone_and_pickle(cancer):
 
 def test_grid_search_over_sampler_step_size(cancer):
     X, y = cancer
-    grid = GridSearchCV(SGBayesLogisticRegression(sampler=SGHMC(), **FAST),
-                        {"sampler__step_size": [1e-3, 1e-2]}, cv=2)
+    grid = GridSearchCV(SGBayesLogisticRegression(sampler=SGHMC(), **FAST), {"sampler__step_size": [1e-3, 1e-2]}, cv=2)
     grid.fit(X, y)
     assert grid.best_params_["sampler__step_size"] in (1e-3, 1e-2)
     assert grid.best_estimator_.diagnostics_["step_size"] == grid.best_params_["sampler__step_size"]
@@ -307,8 +315,7 @@ def test_grid_search_over_sampler_step_size(cancer):
 
 def test_grid_search_over_sampler_itself(regression):
     X, y = regression
-    grid = GridSearchCV(SGBayesLinearRegression(**FAST),
-                        {"sampler": ["sgld", "sghmc", SGNHT(friction=5.0)]}, cv=2)
+    grid = GridSearchCV(SGBayesLinearRegression(**FAST), {"sampler": ["sgld", "sghmc", SGNHT(friction=5.0)]}, cv=2)
     grid.fit(X, y)
     assert len(grid.cv_results_["params"]) == 3
     assert np.all(np.isfinite(grid.cv_results_["mean_test_score"]))
@@ -318,14 +325,17 @@ def test_grid_search_over_sampler_itself(regression):
 
 
 @pytest.mark.parametrize("Est", [SGBayesLogisticRegression, SGBayesLinearRegression])
-@pytest.mark.parametrize("X, y, error, match", [
-    ([[0.0, np.nan], [1.0, 2.0]], [0, 1], ValueError, "NaN"),
-    ([[0.0, np.inf], [1.0, 2.0]], [0, 1], ValueError, "infinity"),
-    ([0.0, 1.0, 2.0], [0, 1, 0], ValueError, "2D array"),
-    (np.empty((0, 3)), [], ValueError, "0 sample"),
-    ([["a", "b"], ["c", "d"]], [0, 1], ValueError, "could not convert"),
-    ([[0.0, 1.0], [1.0, 2.0], [2.0, 2.0]], [0, 1], ValueError, "inconsistent numbers of samples"),
-])
+@pytest.mark.parametrize(
+    "X, y, error, match",
+    [
+        ([[0.0, np.nan], [1.0, 2.0]], [0, 1], ValueError, "NaN"),
+        ([[0.0, np.inf], [1.0, 2.0]], [0, 1], ValueError, "infinity"),
+        ([0.0, 1.0, 2.0], [0, 1, 0], ValueError, "2D array"),
+        (np.empty((0, 3)), [], ValueError, "0 sample"),
+        ([["a", "b"], ["c", "d"]], [0, 1], ValueError, "could not convert"),
+        ([[0.0, 1.0], [1.0, 2.0], [2.0, 2.0]], [0, 1], ValueError, "inconsistent numbers of samples"),
+    ],
+)
 def test_bad_data_raises(Est, X, y, error, match):
     with pytest.raises(error, match=match):
         Est(**FAST).fit(X, y)
@@ -343,23 +353,34 @@ def test_bad_targets():
         SGBayesLinearRegression(**FAST).fit(X, np.array(["a"] * 10))
 
 
-@pytest.mark.parametrize("params, error, match", [
-    ({"sampler": "nuts"}, ValueError, "Unknown sampler 'nuts'"),
-    ({"sampler": 3}, TypeError, "'sampler' parameter"),
-    ({"sampler": SGLD(step_size=-1.0)}, ValueError, r"'step_size' parameter of SGLD must be a float in the range \(0"),
-    ({"sampler": SGHMC(friction=0.0)}, ValueError, r"'friction' parameter of SGHMC must be a float in the range \(0"),
-    ({"burn_in": 300}, ValueError, "burn_in must be below n_iter"),
-    ({"burn_in": 1.5}, ValueError, "'burn_in' parameter"),
-    ({"n_iter": 0}, ValueError, "'n_iter' parameter"),
-    ({"thin": 0}, ValueError, "'thin' parameter"),
-    ({"n_chains": 0}, ValueError, "'n_chains' parameter"),
-    ({"batch_size": 0}, ValueError, "'batch_size' parameter"),
-    ({"batch_scheme": "sequential"}, ValueError, "'batch_scheme' parameter"),
-    ({"alpha": 0.0}, ValueError, "'alpha' parameter"),
-    ({"init": "random"}, ValueError, "'init' parameter"),
-    ({"init": np.zeros(7)}, ValueError, r"init array has shape \(7,\)"),
-    ({"init": np.full(3, np.nan)}, ValueError, "init contains NaN"),
-])
+@pytest.mark.parametrize(
+    "params, error, match",
+    [
+        ({"sampler": "nuts"}, ValueError, "Unknown sampler 'nuts'"),
+        ({"sampler": 3}, TypeError, "'sampler' parameter"),
+        (
+            {"sampler": SGLD(step_size=-1.0)},
+            ValueError,
+            r"'step_size' parameter of SGLD must be a float in the range \(0",
+        ),
+        (
+            {"sampler": SGHMC(friction=0.0)},
+            ValueError,
+            r"'friction' parameter of SGHMC must be a float in the range \(0",
+        ),
+        ({"burn_in": 300}, ValueError, "burn_in must be below n_iter"),
+        ({"burn_in": 1.5}, ValueError, "'burn_in' parameter"),
+        ({"n_iter": 0}, ValueError, "'n_iter' parameter"),
+        ({"thin": 0}, ValueError, "'thin' parameter"),
+        ({"n_chains": 0}, ValueError, "'n_chains' parameter"),
+        ({"batch_size": 0}, ValueError, "'batch_size' parameter"),
+        ({"batch_scheme": "sequential"}, ValueError, "'batch_scheme' parameter"),
+        ({"alpha": 0.0}, ValueError, "'alpha' parameter"),
+        ({"init": "random"}, ValueError, "'init' parameter"),
+        ({"init": np.zeros(7)}, ValueError, r"init array has shape \(7,\)"),
+        ({"init": np.full(3, np.nan)}, ValueError, "init contains NaN"),
+    ],
+)
 def test_bad_parameters_raise(params, error, match):
     X = np.random.default_rng(0).normal(size=(20, 2))
     y = np.arange(20) % 2
@@ -406,15 +427,27 @@ def _documented(cls, section):
     doc = cls.__doc__
     start = doc.index(f"\n    {section}\n    {'-' * len(section)}\n") + len(section) * 2 + 11
     end = re.search(r"\n\n    \w[\w ]*\n    -+\n", doc[start:])
-    text = doc[start:start + end.start()] if end else doc[start:]
+    text = doc[start : start + end.start()] if end else doc[start:]
     parts = re.split(r"^    (\w+) : ", text, flags=re.M)[1:]
     return dict(zip(parts[::2], parts[1::2]))
 
 
 # Entries the estimators document differently on purpose (the DRBM's run-length defaults and
 # random start, the linear models' priors) or that the DRBM extends.
-_OWN_DOC = {"n_iter", "batch_size", "max_draws", "init", "alpha", "alpha_intercept", "fit_intercept", "coef_",
-            "intercept_", "coef_samples_", "intercept_samples_", "diagnostics_"}
+_OWN_DOC = {
+    "n_iter",
+    "batch_size",
+    "max_draws",
+    "init",
+    "alpha",
+    "alpha_intercept",
+    "fit_intercept",
+    "coef_",
+    "intercept_",
+    "coef_samples_",
+    "intercept_samples_",
+    "diagnostics_",
+}
 
 
 @pytest.mark.parametrize("section", ["Parameters", "Attributes"])
@@ -422,8 +455,9 @@ def test_shared_entries_are_documented_alike(section):
     # The estimators' docstrings are written out in full; the entries they share must not drift apart.
     from skbayes_sg import SGBayesDRBMClassifier
 
-    docs = [_documented(cls, section)
-            for cls in (SGBayesLogisticRegression, SGBayesLinearRegression, SGBayesDRBMClassifier)]
+    docs = [
+        _documented(cls, section) for cls in (SGBayesLogisticRegression, SGBayesLinearRegression, SGBayesDRBMClassifier)
+    ]
     assert len(docs[0]) > 5
     for name in set().union(*docs) - _OWN_DOC:
         texts = {d[name] for d in docs if name in d}

@@ -46,8 +46,9 @@ def _problem(seed, n, P, spread):
 
 
 @pytest.mark.parametrize("tol", [2.0**-10, 2.0**-24, 2.0**-53])
-@pytest.mark.parametrize("seed,n,P,scale", [(0, 30, 8, 0.01), (1, 50, 20, 0.3), (2, 200, 40, 0.2),
-                                            (3, 15, 30, 2.0), (4, 400, 60, 0.002)])
+@pytest.mark.parametrize(
+    "seed,n,P,scale", [(0, 30, 8, 0.01), (1, 50, 20, 0.3), (2, 200, 40, 0.2), (3, 15, 30, 2.0), (4, 400, 60, 0.002)]
+)
 @pytest.mark.parametrize("power", [False, True])
 def test_c_step_matches_dense_expm(tol, seed, n, P, scale, power):
     """exp(-scale Sigma) p within the requested tolerance, Sigma = c V never formed."""
@@ -140,8 +141,7 @@ def test_lanczos_matches_dense_expm_with_far_fewer_products(rho, tol):
     exact = scipy.linalg.expm(A) @ b
     f, k = lanczos_expmv(1.0, lambda v: A @ v, b, tol=tol)
     assert np.linalg.norm(f - exact) <= 2 * tol * np.linalg.norm(exact) + 1e-12 * np.linalg.norm(b)
-    _, k_taylor = expmv(1.0, lambda v: A @ v, b, np.trace(A), np.linalg.norm(A - np.trace(A) / P * np.eye(P), 2),
-                        tol)
+    _, k_taylor = expmv(1.0, lambda v: A @ v, b, np.trace(A), np.linalg.norm(A - np.trace(A) / P * np.eye(P), 2), tol)
     if rho >= 10:
         assert k < k_taylor / 2
 

@@ -1,6 +1,5 @@
 """gadMALA and gadRWM (Titsias & Dellaportas 2019): M-H ratio, adaptation gradient, exactness."""
 
-
 import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
@@ -75,8 +74,7 @@ def state_with_L(sampler, model, theta, L, beta=1.0, L0=None):
     state = sampler.init_state(theta, target, np.random.default_rng(0), FitContext(model))
     state.L[...] = L if sampler.cholesky == "full" else np.diag(L)
     state.L0 = L0
-    state.w = state.grad if L0 is None else L0.T @ state.grad if L0.ndim == 2 \
-        else L0 * state.grad
+    state.w = state.grad if L0 is None else L0.T @ state.grad if L0.ndim == 2 else L0 * state.grad
     state.beta = beta
     sampler._refresh_cache(state)
     return state, target
@@ -123,23 +121,30 @@ SAMPLERS = {
 #: Base factors L0 the factored proposal is checked with: the paper's (none), a dense lower
 #: triangular one (cholesky="full") and a diagonal one (any cholesky), with entries over
 #: three decades, as from the curvature of an unscaled design.
-BASES = {"gadmala_full": ("paper", "dense", "diag"), "gadrwm_full": ("paper", "dense", "diag"),
-         "gadmala_diag": ("paper", "diag"), "gadrwm_diag": ("paper", "diag")}
+BASES = {
+    "gadmala_full": ("paper", "dense", "diag"),
+    "gadrwm_full": ("paper", "dense", "diag"),
+    "gadmala_diag": ("paper", "diag"),
+    "gadrwm_diag": ("paper", "diag"),
+}
 CASES = [(name, base) for name in sorted(SAMPLERS) for base in BASES[name]]
 
 # -- hyperparameters and interface --------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    ({"target_accept": 1.0}, "target_accept"),
-    ({"target_accept": 0}, "target_accept"),
-    ({"learning_rate": -1e-4}, "learning_rate"),
-    ({"cholesky": "lower"}, "cholesky"),
-    ({"init_scale": 0.0}, "init_scale"),
-    ({"init_scale": "big"}, "init_scale"),
-    ({"init_scale": -1.0}, "init_scale"),
-    ({"beta_rate": np.nan}, "beta_rate"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"target_accept": 1.0}, "target_accept"),
+        ({"target_accept": 0}, "target_accept"),
+        ({"learning_rate": -1e-4}, "learning_rate"),
+        ({"cholesky": "lower"}, "cholesky"),
+        ({"init_scale": 0.0}, "init_scale"),
+        ({"init_scale": "big"}, "init_scale"),
+        ({"init_scale": -1.0}, "init_scale"),
+        ({"beta_rate": np.nan}, "beta_rate"),
+    ],
+)
 @pytest.mark.parametrize("cls", [GadMALA, GadRWM])
 def test_bad_hyperparameters_name_the_culprit(cls, kwargs, word):
     with pytest.raises(ValueError, match=word):
@@ -161,8 +166,9 @@ def test_initial_state_follows_the_paper():
     """init_scale=None: L starts at 0.1 / sqrt(P) I, beta at 1 (section 4.2, Algorithm 1)."""
     model = small_logistic()
     for sampler in (GadMALA(init_scale=None), GadRWM(cholesky="diag", init_scale=None), GadMALA(init_scale=0.3)):
-        state = sampler.init_state(np.zeros(3), MinibatchGradient(model, None), np.random.default_rng(0),
-                                   FitContext(model))
+        state = sampler.init_state(
+            np.zeros(3), MinibatchGradient(model, None), np.random.default_rng(0), FitContext(model)
+        )
         L = state.L
         scale = 0.3 if sampler.init_scale else 0.1 / np.sqrt(3)
         np.testing.assert_allclose(L, scale * (np.eye(3) if sampler.cholesky == "full" else np.ones(3)))
@@ -171,8 +177,9 @@ def test_initial_state_follows_the_paper():
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("sampler", [GadMALA(), GadRWM(), GadMALA(target_accept=0.8)],
-                         ids=["gadmala", "gadrwm", "gadmala_0.8"])
+@pytest.mark.parametrize(
+    "sampler", [GadMALA(), GadRWM(), GadMALA(target_accept=0.8)], ids=["gadmala", "gadrwm", "gadmala_0.8"]
+)
 @pytest.mark.parametrize("P", [1, 3, 14])
 def test_initial_scale_accepts_the_target_on_a_standard_gaussian(sampler, P):
     """c(P): the frozen kernel with L = c(P) I, one step from each of n independent draws of
@@ -257,8 +264,9 @@ def test_map_start_with_a_diagonal_factor_corrects_for_correlation(monkeypatch):
     # No closed-form Hessian diagonal (Model's default would form the dense Hessian from P
     # Hessian-vector products): the isotropic start of init_scale="auto".
     gauss = GaussianTarget(np.diag([4.0, 1.0, 0.25, 0.01, 1.0]))
-    state = GadMALA().init_state(np.ones(5), MinibatchGradient(gauss, None), np.random.default_rng(0),
-                                 FitContext(gauss))
+    state = GadMALA().init_state(
+        np.ones(5), MinibatchGradient(gauss, None), np.random.default_rng(0), FitContext(gauss)
+    )
     assert state.L0 is None
     np.testing.assert_allclose(state.L, GadMALA()._optimal_scale(5) / 10.0 * np.eye(5), rtol=1e-3)
 
@@ -304,8 +312,9 @@ def test_log_ratio_matches_direct_gaussian_densities(name, base):
         y = x + drift_x + L @ eps
         lp_y, g_y = model.log_posterior_and_grad(y)
         drift_y = 0.5 * C @ g_y if mala else 0.0
-        expected = (lp_y + multivariate_normal(y + drift_y, C).logpdf(x)
-                    - lp_x - multivariate_normal(x + drift_x, C).logpdf(y))
+        expected = (
+            lp_y + multivariate_normal(y + drift_y, C).logpdf(x) - lp_x - multivariate_normal(x + drift_x, C).logpdf(y)
+        )
         u = 0.5
         _, info = sampler.step(state, target, FixedRNG(eps, u))
         assert info.accept_prob == pytest.approx(min(1.0, np.exp(expected)), rel=1e-10, abs=1e-300)
@@ -379,8 +388,10 @@ def test_adaptation_gradient_matches_finite_differences(name, base):
     for i, j in zip(*np.tril_indices(3) if full else np.diag_indices(3)):
         E = np.zeros((3, 3))
         E[i, j] = h
-        expected[i, j] = (speed_bound(sampler, model, x, effective_L(M0 + E, B), eps, g_y, beta)
-                          - speed_bound(sampler, model, x, effective_L(M0 - E, B), eps, g_y, beta)) / (2 * h)
+        expected[i, j] = (
+            speed_bound(sampler, model, x, effective_L(M0 + E, B), eps, g_y, beta)
+            - speed_bound(sampler, model, x, effective_L(M0 - E, B), eps, g_y, beta)
+        ) / (2 * h)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
     # beta moved by rho_beta (alpha_t - alpha*) with alpha_t = 0 (rejected).
     assert state.beta == pytest.approx(beta * (1 - sampler.beta_rate * sampler.target_accept))
@@ -504,8 +515,14 @@ def sampled_noise_reference(X, y, alpha, a=1e-6, b=1e-6, n_grid=2001):
         A = tau * G + alpha * np.eye(P)
         S = np.linalg.inv(A)
         m = np.einsum("kij,j->ki", S, c) * tau[:, 0]
-        logp = (0.5 * N * s - 0.5 * tau[:, 0, 0] * yy + 0.5 * tau[:, 0, 0] * np.einsum("ki,i->k", m, c)
-                - 0.5 * np.linalg.slogdet(A)[1] + a * s - b * np.exp(s))
+        logp = (
+            0.5 * N * s
+            - 0.5 * tau[:, 0, 0] * yy
+            + 0.5 * tau[:, 0, 0] * np.einsum("ki,i->k", m, c)
+            - 0.5 * np.linalg.slogdet(A)[1]
+            + a * s
+            - b * np.exp(s)
+        )
         return logp, m, np.diagonal(S, axis1=1, axis2=2)
 
     w_ls = np.linalg.lstsq(Xa, y, rcond=None)[0]
@@ -534,8 +551,16 @@ def test_posterior_at_any_scale_with_sampled_noise():
     alpha = 1e-6
     mean, sd = sampled_noise_reference(X, y, alpha)
     assert sd[:6].min() < 2e-3 and sd[:6].max() > 50
-    reg = SGBayesLinearRegression(sampler="gadmala", batch_size=None, alpha=alpha, n_iter=3000, random_state=0,
-                                  max_draws=None, normalize_y=False, alpha_intercept=alpha).fit(X, y)
+    reg = SGBayesLinearRegression(
+        sampler="gadmala",
+        batch_size=None,
+        alpha=alpha,
+        n_iter=3000,
+        random_state=0,
+        max_draws=None,
+        normalize_y=False,
+        alpha_intercept=alpha,
+    ).fit(X, y)
     assert_matches_gaussian(reg.samples_, mean, sd)
     assert reg.diagnostics_["rhat"].max() < 1.01
     assert 0.45 < reg.diagnostics_["acceptance_rate"] < 0.7
@@ -580,8 +605,7 @@ def test_map_start_chains_start_at_laplace_draws_with_the_map_curvature(monkeypa
 
     monkeypatch.setattr(_estimator, "start_chains", spy)
     n = 2000
-    clf = SGBayesLogisticRegression(sampler="gadmala", batch_size=None, n_chains=n, n_iter=2, burn_in=1,
-                                    random_state=0)
+    clf = SGBayesLogisticRegression(sampler="gadmala", batch_size=None, n_chains=n, n_iter=2, burn_in=1, random_state=0)
     clf.fit(X, y)
     model = captured["model"]
     theta_map = _estimator._map_estimate(model)
@@ -603,8 +627,12 @@ def test_fixed_initial_factor_is_used_wherever_the_chain_starts():
     sampler = GadMALA()
     L0, c = factor = sampler.fix_initial_factor(model, theta_map)
     np.testing.assert_allclose(L0, np.linalg.cholesky(np.linalg.inv(model.hessian(theta_map))), rtol=1e-10)
-    state = sampler.init_state(np.array([2.0, 1.0, -1.0]), MinibatchGradient(model, None), np.random.default_rng(0),
-                               FitContext(initial_factor=factor))
+    state = sampler.init_state(
+        np.array([2.0, 1.0, -1.0]),
+        MinibatchGradient(model, None),
+        np.random.default_rng(0),
+        FitContext(initial_factor=factor),
+    )
     assert sampler.get_params() == GadMALA().get_params() and not hasattr(sampler, "_fixed_factor")
     np.testing.assert_array_equal(state.L0, L0)
     assert c == sampler._optimal_scale(3) and np.allclose(state.L, c * np.eye(3))
@@ -619,8 +647,9 @@ def test_draws_do_not_depend_on_how_the_run_is_cut(sampler):
     model = small_logistic()
     runs = []
     for chunk in (None, 37):
-        runner = ChainRunner(sampler, model, np.zeros(3), 700, 100, 1, None, None, "replacement",
-                             np.random.SeedSequence(5))
+        runner = ChainRunner(
+            sampler, model, np.zeros(3), 700, 100, 1, None, None, "replacement", np.random.SeedSequence(5)
+        )
         while not runner.done:
             runner.advance(chunk)
         runs.append(runner.draws)
@@ -658,8 +687,9 @@ def test_logistic_regression_estimator(sampler):
     y = (X @ [1.0, -1.0, 0.5] + 0.3 * rng.normal(size=200) > 0).astype(int)
     # From the curvature at the MAP the proposal is right in scale at once: the default
     # burn-in (20%) is enough.
-    clf = SGBayesLogisticRegression(sampler=sampler, batch_size="auto", n_iter=2000, n_chains=2,
-                                    max_draws=None, random_state=0).fit(X, y)
+    clf = SGBayesLogisticRegression(
+        sampler=sampler, batch_size="auto", n_iter=2000, n_chains=2, max_draws=None, random_state=0
+    ).fit(X, y)
     diag = clf.diagnostics_
     assert 0.15 < diag["acceptance_rate"] < 0.9 and np.isnan(diag["step_size"])
     assert diag["batch_size"] is None and diag["n_grad_evals"] == 2 * (2000 + 1) * 200
@@ -675,12 +705,22 @@ def test_linear_regression_with_sampled_noise_precision():
     """Known noise: posterior means within MCSE of the exact ones; sampled noise: tau near 4."""
     model, mean, cov, _ = conjugate_regression(tau=4.0)
     X, y = model.X, model.y
-    reg = SGBayesLinearRegression(sampler="gadmala", batch_size=None, noise_precision=4.0, n_iter=4000,
-                                  burn_in=1500, n_chains=4, random_state=1, max_draws=None,
-                                  normalize_y=False, alpha_intercept=1.0).fit(X, y)
+    reg = SGBayesLinearRegression(
+        sampler="gadmala",
+        batch_size=None,
+        noise_precision=4.0,
+        n_iter=4000,
+        burn_in=1500,
+        n_chains=4,
+        random_state=1,
+        max_draws=None,
+        normalize_y=False,
+        alpha_intercept=1.0,
+    ).fit(X, y)
     assert_matches_gaussian(reg.samples_, mean, np.sqrt(np.diag(cov)))
-    reg = SGBayesLinearRegression(sampler="gadmala", batch_size=None, n_iter=3000, burn_in=1500,
-                                  n_chains=2, random_state=1).fit(X, y)
+    reg = SGBayesLinearRegression(
+        sampler="gadmala", batch_size=None, n_iter=3000, burn_in=1500, n_chains=2, random_state=1
+    ).fit(X, y)
     tau = reg.noise_precision_samples_
     # Posterior sd of tau is about tau * sqrt(2 / N) = 0.28 at N = 400.
     assert abs(tau.mean() - 4.0) < 4 * 4.0 * np.sqrt(2 / 400), tau.mean()
@@ -692,8 +732,9 @@ def test_warm_start_continues_with_the_frozen_proposal():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(100, 2))
     y = X @ [1.0, 2.0] + rng.normal(size=100)
-    reg = SGBayesLinearRegression(sampler="gadmala", batch_size=None, n_iter=600, burn_in=300, n_chains=1,
-                                  warm_start=True, random_state=0).fit(X, y)
+    reg = SGBayesLinearRegression(
+        sampler="gadmala", batch_size=None, n_iter=600, burn_in=300, n_chains=1, warm_start=True, random_state=0
+    ).fit(X, y)
     L = reg.diagnostics_["proposal_cholesky"].copy()
     reg.fit(X, y)
     np.testing.assert_array_equal(reg.diagnostics_["proposal_cholesky"], L)

@@ -87,7 +87,8 @@ def test_whitened_model_is_the_chain_rule_and_its_operator_is_G_L(name, kind):
     # Finite differences in z.
     e = rng.normal(size=model.n_params) * 1e-6
     assert wm.log_posterior_and_grad(z + e)[0] - wm.log_posterior_and_grad(z - e)[0] == pytest.approx(
-        2 * g @ e, rel=1e-5)
+        2 * g @ e, rel=1e-5
+    )
     # Whitened, the curvature is I (dense) or has a unit diagonal (diag); away from a mode an
     # indefinite Hessian is whitened by |H|, so its eigenvalues are +-1.
     Hz = Lm.T @ model.hessian(m) @ Lm
@@ -160,8 +161,16 @@ def test_leverage_sampling_and_control_variates_shrink_the_noise():
     rows = 1000  # below N: a probe of the minibatch distribution, not the full data
     plain = sigma(MinibatchGradient(wm, rows))
     cv = sigma(ControlVariateGradient(wm, rows, "replacement", np.zeros(model.n_params), np.zeros(model.n_params)))
-    lev = sigma(ControlVariateGradient(wm, rows, "replacement", np.zeros(model.n_params), np.zeros(model.n_params),
-                                       leverage_probabilities(model, theta_hat, L)))
+    lev = sigma(
+        ControlVariateGradient(
+            wm,
+            rows,
+            "replacement",
+            np.zeros(model.n_params),
+            np.zeros(model.n_params),
+            leverage_probabilities(model, theta_hat, L),
+        )
+    )
     assert cv < 0.2 * plain and lev < 0.5 * cv, (plain, cv, lev)
 
 

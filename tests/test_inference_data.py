@@ -70,9 +70,11 @@ def test_log_likelihood_of_softmax_regression_and_drbm():
     drbm = SGBayesDRBMClassifier(n_hidden=4, n_iter=60, n_chains=2, dtype="float64", random_state=0).fit(X, labels)
     Xr, yr = _regression()
     reg = SGBayesLinearRegression(n_iter=100, n_chains=2, random_state=0).fit(Xr, yr)
-    cases = [(soft, SoftmaxModel(X, y, n_classes=3), X, labels),
-             (drbm, DRBMModel(X, y, n_classes=3, n_hidden=4), X, labels),
-             (reg, LinearRegressionModel(Xr, yr), Xr, yr)]
+    cases = [
+        (soft, SoftmaxModel(X, y, n_classes=3), X, labels),
+        (drbm, DRBMModel(X, y, n_classes=3, n_hidden=4), X, labels),
+        (reg, LinearRegressionModel(Xr, yr), Xr, yr),
+    ]
     for est, model, Xc, yc in cases:
         ll = est.to_inference_data(Xc, yc).log_likelihood["y"].values
         flat = ll.reshape(-1, Xc.shape[0])
@@ -84,8 +86,7 @@ def test_log_likelihood_of_softmax_regression_and_drbm():
 def test_compare_ranks_a_well_specified_prior_first(cancer_fit, cancer):
     X, y = cancer
     strong = SGBayesLogisticRegression(n_iter=300, alpha=300.0, random_state=0).fit(X, y)
-    table = az.compare({"alpha=1": cancer_fit.to_inference_data(X, y),
-                        "alpha=300": strong.to_inference_data(X, y)})
+    table = az.compare({"alpha=1": cancer_fit.to_inference_data(X, y), "alpha=300": strong.to_inference_data(X, y)})
     assert list(table.index) == ["alpha=1", "alpha=300"]
     # The shrunk model is worse by many standard errors of the difference.
     assert table.loc["alpha=300", "elpd_diff"] > 4 * table.loc["alpha=300", "dse"]
@@ -150,9 +151,10 @@ def test_pipeline_feature_names_reach_the_posterior():
     X = data.data.iloc[:, :4].copy()
     X["site"] = np.where(np.arange(len(X)) % 3 == 0, "north", "south")
     y = data.target.to_numpy()
-    pipe = make_pipeline(make_column_transformer((StandardScaler(), list(X.columns[:4])),
-                                                 (OneHotEncoder(), ["site"])),
-                         SGBayesLogisticRegression(n_iter=100, n_chains=2, random_state=0)).fit(X, y)
+    pipe = make_pipeline(
+        make_column_transformer((StandardScaler(), list(X.columns[:4])), (OneHotEncoder(), ["site"])),
+        SGBayesLogisticRegression(n_iter=100, n_chains=2, random_state=0),
+    ).fit(X, y)
     idata = to_inference_data(pipe, X, y)
     names = list(idata.posterior["coef"].coords["feature"].values)
     assert names == list(pipe[:-1].get_feature_names_out())
@@ -221,7 +223,9 @@ def test_regression_log_likelihood_and_predictive_are_in_the_targets_units():
     X, y = X[:150], y[:150]
     fits = [SGBayesLinearRegression(n_iter=300, n_chains=2, random_state=0).fit(X, t) for t in (y, 1000 * y + 5)]
     raw, scaled = fits[0].to_inference_data(X, y), fits[1].to_inference_data(X, 1000 * y + 5)
-    np.testing.assert_allclose(raw.log_likelihood["y"].values, scaled.log_likelihood["y"].values + np.log(1000),
-                               atol=1e-9)
-    np.testing.assert_allclose(1000 * raw.posterior_predictive["y"].values + 5, scaled.posterior_predictive["y"].values,
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        raw.log_likelihood["y"].values, scaled.log_likelihood["y"].values + np.log(1000), atol=1e-9
+    )
+    np.testing.assert_allclose(
+        1000 * raw.posterior_predictive["y"].values + 5, scaled.posterior_predictive["y"].values, rtol=1e-9
+    )

@@ -31,6 +31,7 @@ def strict(capfd):
 
 # -- the issue's reproducers -------------------------------------------------------------------
 
+
 def test_issue_1_features_of_size_1e300_raise_a_clear_error_and_print_nothing(strict):
     X = np.random.default_rng(0).standard_normal((2, 3)) * 1e300
     for init in ("zeros", "map"):
@@ -63,6 +64,7 @@ def test_issue_4_drbm_on_features_of_size_1e150_fits_finitely(strict):
 
 # -- found by the fuzz sweep -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("Estimator", [SGBayesLogisticRegression, SGBayesLinearRegression, SGBayesDRBMClassifier])
 def test_features_holding_both_infinities_give_sklearns_error_without_numpy_warning(Estimator, strict):
     # sklearn's finiteness check sums X first: inf + -inf is NaN and numpy warned
@@ -70,8 +72,9 @@ def test_features_holding_both_infinities_give_sklearns_error_without_numpy_warn
     X = np.array([[np.inf, 1.0], [-np.inf, 2.0], [0.0, 3.0], [1.0, 4.0]])
     with pytest.raises(ValueError, match="Input X contains infinity"):
         Estimator(n_iter=5).fit(X, [0, 1, 0, 1])
-    fitted = Estimator(n_iter=5, n_chains=1, random_state=0).fit(np.nan_to_num(X, posinf=1.0, neginf=-1.0),
-                                                                 [0, 1, 0, 1])
+    fitted = Estimator(n_iter=5, n_chains=1, random_state=0).fit(
+        np.nan_to_num(X, posinf=1.0, neginf=-1.0), [0, 1, 0, 1]
+    )
     with pytest.raises(ValueError, match="Input X contains infinity"):
         fitted.predict(X)
 
@@ -84,14 +87,22 @@ def test_unscaled_targets_get_the_noise_precision_mode_not_a_point_short_of_it()
     rng = np.random.default_rng(0)
     X = rng.standard_normal((12, 4))
     y = np.full(12, 1e20)
-    model = LinearRegressionModel(X, y, alpha=0.01, fit_intercept=False, noise_prior_shape=1000.0,
-                                  noise_prior_rate=0.3)
+    model = LinearRegressionModel(X, y, alpha=0.01, fit_intercept=False, noise_prior_shape=1000.0, noise_prior_rate=0.3)
     theta = _map_estimate(model)
     # The conditional mode of s = log tau given w: (a + n/2) = (b + rr/2) e^s.
     rr = np.sum((y - X @ theta[:-1]) ** 2)
     assert theta[-1] == pytest.approx(np.log((1000.0 + 6) / (0.3 + rr / 2)), abs=1e-3)
-    reg = SGBayesLinearRegression(sampler="ccadl", n_iter=26, n_chains=1, batch_size=11, random_state=309,
-                                  alpha=0.01, fit_intercept=False, noise_prior_shape=1000.0, noise_prior_rate=0.3)
+    reg = SGBayesLinearRegression(
+        sampler="ccadl",
+        n_iter=26,
+        n_chains=1,
+        batch_size=11,
+        random_state=309,
+        alpha=0.01,
+        fit_intercept=False,
+        noise_prior_shape=1000.0,
+        noise_prior_rate=0.3,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         mean, std = reg.fit(X, y).predict(X, return_std=True)
@@ -116,8 +127,9 @@ def test_a_runaway_noise_precision_is_a_divergence_not_infinite_predictive_std()
     # chains' check passed, but tau = exp(s) underflowed to 0 and predict(return_std=True)
     # gave an infinite std.
     X = np.array([[-1.6e20], [-1.8e20], [4.6e19], [-4.8e19]])
-    reg = SGBayesLinearRegression(sampler=SGHMC(step_size=1e-8, preconditioner="none"), n_iter=30, n_chains=1,
-                                  init="zeros", random_state=0)
+    reg = SGBayesLinearRegression(
+        sampler=SGHMC(step_size=1e-8, preconditioner="none"), n_iter=30, n_chains=1, init="zeros", random_state=0
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -135,8 +147,17 @@ def test_a_runaway_thermostat_is_a_divergence_not_an_overflow_error():
         ou_exact(p, -1e308, 1.0, 0.5, np.random.default_rng(0))
     assert not np.isfinite(p).all()
     X = np.array([[1.26e19], [-1.32e19], [6.40e19], [1.05e19]])
-    clf = SGBayesDRBMClassifier(sampler="mccadl", n_iter=6, n_chains=1, random_state=0, alpha=1e-12,
-                                fit_intercept=False, n_hidden=1, init_scale=0.01, max_draws=None)
+    clf = SGBayesDRBMClassifier(
+        sampler="mccadl",
+        n_iter=6,
+        n_chains=1,
+        random_state=0,
+        alpha=1e-12,
+        fit_intercept=False,
+        n_hidden=1,
+        init_scale=0.01,
+        max_draws=None,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(DivergenceError, match="standardise the features"):
@@ -165,9 +186,19 @@ def test_a_proposal_whose_noise_precision_underflows_is_rejected_quietly(strict)
     model = LinearRegressionModel(np.zeros((1, 1)), np.array([-1.3e-9]), fit_intercept=False)
     lp, _ = model.log_posterior_and_grad(np.array([0.0, -800.0]))
     assert lp == -np.inf
-    reg = SGBayesLinearRegression(sampler="gadrwm", n_iter=1, batch_size=None, n_chains=1, random_state=0,
-                                  init="zeros", alpha=1e-12, fit_intercept=False, max_draws=None,
-                                  noise_prior_shape=1e-12, noise_prior_rate=1e-12)
+    reg = SGBayesLinearRegression(
+        sampler="gadrwm",
+        n_iter=1,
+        batch_size=None,
+        n_chains=1,
+        random_state=0,
+        init="zeros",
+        alpha=1e-12,
+        fit_intercept=False,
+        max_draws=None,
+        noise_prior_shape=1e-12,
+        noise_prior_rate=1e-12,
+    )
     assert np.isfinite(reg.fit(np.zeros((1, 1)), [-1.3e-9]).predict(np.zeros((1, 1)))).all()
 
 
@@ -176,9 +207,18 @@ def test_init_zeros_starts_the_noise_precision_near_its_mode_for_unscaled_target
     # From log tau = 0 with targets of size 132 the first step (set by the curvature at the
     # mode) threw log tau to -870 and beyond: every sampler diverged. (normalize_y=False: the
     # targets in their own units; standardised, they would be of size 1.)
-    reg = SGBayesLinearRegression(sampler=sampler, init="zeros", n_iter=10, batch_size=None, n_chains=1,
-                                  random_state=0, fit_intercept=False, noise_prior_shape=1.0, noise_prior_rate=1.0,
-                                  normalize_y=False)
+    reg = SGBayesLinearRegression(
+        sampler=sampler,
+        init="zeros",
+        n_iter=10,
+        batch_size=None,
+        n_chains=1,
+        random_state=0,
+        fit_intercept=False,
+        noise_prior_shape=1.0,
+        noise_prior_rate=1.0,
+        normalize_y=False,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -195,8 +235,9 @@ def test_a_diverging_multilevel_path_is_a_divergence_without_numpy_overflow_warn
     # "overflow encountered in exp/multiply" reached the user before the DivergenceError.
     rng = np.random.default_rng(0)
     X = rng.lognormal(0.0, 3.0, (8, 2)) * 1000
-    reg = SGBayesLinearRegression(sampler=MLSGLD(step_size=1e-3, horizon=50, max_levels=2, n_initial=19),
-                                  random_state=0)
+    reg = SGBayesLinearRegression(
+        sampler=MLSGLD(step_size=1e-3, horizon=50, max_levels=2, n_initial=19), random_state=0
+    )
     with pytest.raises(DivergenceError, match="MLSGLD diverged"):
         reg.fit(X, rng.standard_normal(8))
 
@@ -214,8 +255,18 @@ def test_minibatch_noise_that_overflows_is_a_clear_error_without_numpy_warnings(
     # noise's largest eigenvalue overflowed ("overflow encountered in dot") on its way; the
     # DRBM (no preconditioner) then diverges, with the advice to standardise.
     X = np.array([[-4e100, 5e100], [5e100, -5e100], [3e100, -1e100]])
-    clf = SGBayesDRBMClassifier(sampler="ccadl", n_iter=22, batch_size=2, gradient="control_variate", n_chains=3,
-                                random_state=967, alpha=3.0, fit_intercept=False, n_hidden=3, init_scale=0.3)
+    clf = SGBayesDRBMClassifier(
+        sampler="ccadl",
+        n_iter=22,
+        batch_size=2,
+        gradient="control_variate",
+        n_chains=3,
+        random_state=967,
+        alpha=3.0,
+        fit_intercept=False,
+        n_hidden=3,
+        init_scale=0.3,
+    )
     with pytest.raises((ValueError, DivergenceError), match="standardise the features"):
         clf.fit(X, [0, -3, -6])
 
@@ -242,9 +293,17 @@ def test_a_divergence_under_a_nearly_flat_prior_names_the_prior():
     # the mode, and the thermostat diverged with advice to shrink the step, which cannot
     # help. The message now names the prior and the fix.
     X, y = np.array([[1.0], [1.0], [1.0], [0.0], [0.0]]), np.array([1, 1, 1, 0, 0])
-    est = SGBayesLogisticRegression(sampler="sgnht", n_iter=8, n_chains=1, alpha=1e-6, fit_intercept=False,
-                                    batch_scheme="epochs", batch_size=None, class_weight="balanced",
-                                    random_state=0)
+    est = SGBayesLogisticRegression(
+        sampler="sgnht",
+        n_iter=8,
+        n_chains=1,
+        alpha=1e-6,
+        fit_intercept=False,
+        batch_scheme="epochs",
+        batch_size=None,
+        class_weight="balanced",
+        random_state=0,
+    )
     with pytest.raises(DivergenceError, match=r"prior is nearly flat \(smallest alpha = 1e-06\).*larger alpha"):
         est.fit(X, y)
 
@@ -255,8 +314,16 @@ def test_a_continuation_under_max_draws_1_keeps_a_draw(strict):
     # was left (ZeroDivisionError in the posterior mean).
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(12, 3)), rng.normal(size=12)
-    est = SGBayesLinearRegression(sampler="sghmc", n_iter=22, thin=5, n_chains=1, warm_start=True, max_draws=1,
-                                  noise_precision=0.3, random_state=3500)
+    est = SGBayesLinearRegression(
+        sampler="sghmc",
+        n_iter=22,
+        thin=5,
+        n_chains=1,
+        warm_start=True,
+        max_draws=1,
+        noise_precision=0.3,
+        random_state=3500,
+    )
     est.fit(X, y).fit(X, y)
     assert est.samples_.shape[1] == 1
     mean, std = est.predict(X, return_std=True)
@@ -279,8 +346,9 @@ def test_features_near_1e300_give_a_value_error_from_the_adaptive_samplers(stric
     rng = np.random.default_rng(0)
     X = rng.integers(0, 5, (8, 3)).astype(float) * 1e300
     with pytest.raises(ValueError, match="not finite"):
-        SGBayesLogisticRegression(sampler="gadrwm", n_iter=14, init="zeros", alpha=1e8, fit_intercept=False,
-                                  batch_size=None).fit(X, np.arange(8) % 2)
+        SGBayesLogisticRegression(
+            sampler="gadrwm", n_iter=14, init="zeros", alpha=1e8, fit_intercept=False, batch_size=None
+        ).fit(X, np.arange(8) % 2)
 
 
 def test_the_feature_scale_spread_of_tiny_and_huge_columns_is_infinite_quietly(strict):
@@ -293,8 +361,16 @@ def test_a_divergence_from_a_far_random_start_names_init_scale():
     # The Euler thermostats (SGNHT, CCAdL) diverged from DRBM weights of scale 1000, with
     # advice to shrink the step; the cause is the start, and the message now says so.
     X, y = np.array([[1.0], [1.0], [0.0], [1.0], [0.0]]), np.array([1, 1, 0, 1, 0])
-    est = SGBayesDRBMClassifier(sampler="sgnht", n_iter=16, n_hidden=1, init_scale=1000.0, alpha=3.0,
-                                batch_size=None, n_chains=2, random_state=19658)
+    est = SGBayesDRBMClassifier(
+        sampler="sgnht",
+        n_iter=16,
+        n_hidden=1,
+        init_scale=1000.0,
+        alpha=3.0,
+        batch_size=None,
+        n_chains=2,
+        random_state=19658,
+    )
     with pytest.raises(DivergenceError, match=r"init_scale=1000.*use a smaller init_scale"):
         est.fit(X, y)
 
@@ -305,8 +381,11 @@ def test_a_multilevel_estimate_over_its_budget_is_a_value_error_naming_the_fixes
     rng = np.random.default_rng(0)
     X, y = rng.lognormal(0, 3, (10, 3)) * 1000, np.arange(10) % 2
     sampler = MLSGLD(horizon=5, max_levels=3, n_initial=10, step_size=0.001, target_rmse=1.0, max_grad_evals=1e5)
-    with pytest.raises(ValueError, match=r"would need about .* per-example gradient evaluations.*max_grad_evals="
-                                         r"1e\+05.*Increase target_rmse, standardise the features"):
+    with pytest.raises(
+        ValueError,
+        match=r"would need about .* per-example gradient evaluations.*max_grad_evals="
+        r"1e\+05.*Increase target_rmse, standardise the features",
+    ):
         SGBayesLogisticRegression(sampler=sampler, init="zeros", alpha=1000.0, batch_size=None).fit(X, y)
     with pytest.raises(ValueError, match="max_grad_evals"):
         SGBayesLogisticRegression(sampler=MLSGLD(max_grad_evals=-1.0)).fit(X, y)

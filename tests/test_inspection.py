@@ -21,8 +21,7 @@ def cancer():
 def test_unmixed_chains_warn_naming_the_worst_parameters(cancer):
     X, y = cancer
     # A tiny SGLD step barely moves the chains: R-hat and ESS both fail.
-    clf = SGBayesLogisticRegression(sampler=SGLD(step_size=1e-6), n_iter=200, n_chains=3, init="zeros",
-                                    random_state=0)
+    clf = SGBayesLogisticRegression(sampler=SGLD(step_size=1e-6), n_iter=200, n_chains=3, init="zeros", random_state=0)
     with pytest.warns(ConvergenceWarning, match=r"split R-hat exceeds 1.01 .*worst: coef\[.*\].*n_iter") as rec:
         clf.fit(X, y)
     assert "bulk ESS is below 300 (100 per chain)" in str(rec[0].message)
@@ -51,8 +50,16 @@ def test_hot_sghmc_chains_warn_about_gradient_noise():
     X = rng.normal(size=(300, 2))
     y = X @ [1.0, -1.0] + rng.normal(size=300)
     # The papers' prior on the raw targets, the problem the noise figures below were measured on.
-    kw = dict(noise_precision=1.0, n_iter=3000, n_chains=2, random_state=0, gradient="minibatch", batch_size=200,
-              normalize_y=False, alpha_intercept=1.0)
+    kw = dict(
+        noise_precision=1.0,
+        n_iter=3000,
+        n_chains=2,
+        random_state=0,
+        gradient="minibatch",
+        batch_size=200,
+        normalize_y=False,
+        alpha_intercept=1.0,
+    )
     est = SGBayesLinearRegression(sampler=SGHMC(preconditioner="none"), **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("error", GradientNoiseWarning)
@@ -91,8 +98,7 @@ def test_summary_table_matches_draws(cancer):
     np.testing.assert_allclose(s["ci_lower"], np.quantile(flat, 0.1, axis=0))
     np.testing.assert_allclose(s["r_hat"], clf.diagnostics_["rhat"])
     text = str(s)
-    assert text.splitlines()[0].split() == ["parameter", "mean", "sd", "10%", "90%", "ess_bulk", "ess_tail",
-                                            "r_hat"]
+    assert text.splitlines()[0].split() == ["parameter", "mean", "sd", "10%", "90%", "ess_bulk", "ess_tail", "r_hat"]
     assert len(text.splitlines()) == 1 + X.shape[1] + 1
 
 
@@ -149,8 +155,9 @@ def test_unequilibrated_chains_warn_colder_and_say_why(cancer):
     X, y = cancer
     with pytest.warns(GradientNoiseWarning, match=r"ran colder .*not reached equilibrium.*increase n_iter"):
         # Started at the mode itself (no preconditioner, so no Laplace-draw starts).
-        SGBayesLogisticRegression(sampler=MCCAdL(preconditioner="none"), gradient="minibatch", n_iter=50,
-                                  n_chains=1, random_state=0).fit(X, y)
+        SGBayesLogisticRegression(
+            sampler=MCCAdL(preconditioner="none"), gradient="minibatch", n_iter=50, n_chains=1, random_state=0
+        ).fit(X, y)
 
 
 def test_sgld_with_a_noisy_explicit_step_warns_and_the_auto_step_does_not():
@@ -162,8 +169,16 @@ def test_sgld_with_a_noisy_explicit_step_warns_and_the_auto_step_does_not():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(4000, 3))
     y = X @ [1.0, -1.0, 0.5] + rng.normal(size=4000)
-    kw = dict(noise_precision=1.0, n_iter=400, n_chains=2, random_state=0, batch_size=5,
-              gradient="minibatch", normalize_y=False, alpha_intercept=1.0)
+    kw = dict(
+        noise_precision=1.0,
+        n_iter=400,
+        n_chains=2,
+        random_state=0,
+        batch_size=5,
+        gradient="minibatch",
+        normalize_y=False,
+        alpha_intercept=1.0,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", GradientNoiseWarning)
         est = SGBayesLinearRegression(sampler=SGLD(preconditioner="none"), **kw).fit(X, y)
@@ -187,8 +202,15 @@ def test_sghmc_euler_momentum_is_not_mistaken_for_gradient_noise():
     y = X @ [1.0, -1.0] + rng.normal(size=300)
     with warnings.catch_warnings():
         warnings.simplefilter("error", GradientNoiseWarning)
-        est = SGBayesLinearRegression(sampler=SGHMC(), noise_precision=1.0, n_iter=6000, n_chains=2,
-                                      random_state=0, normalize_y=False, alpha_intercept=1.0).fit(X, y)
+        est = SGBayesLinearRegression(
+            sampler=SGHMC(),
+            noise_precision=1.0,
+            n_iter=6000,
+            n_chains=2,
+            random_state=0,
+            normalize_y=False,
+            alpha_intercept=1.0,
+        ).fit(X, y)
     h = est.diagnostics_["step_size"]
     assert est.diagnostics_["batch_size"] is None and h == pytest.approx(0.2)
     expected = 1.0 / (1.0 - 0.5 * h)

@@ -65,8 +65,13 @@ def test_sigint_after_burn_in_keeps_the_draws_and_reaches_the_caller(n_jobs):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # A session of its own, so that the SIGINT goes to the whole group (the joblib workers
     # too), as a terminal's Ctrl-C does.
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(n_jobs)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(n_jobs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
     err, done, deadline = b"", 0, time.monotonic() + 120
     try:
         while done < 2 * 600 and time.monotonic() < deadline:
@@ -177,4 +182,6 @@ def test_rounds_never_change_the_draws(cancer, monkeypatch, round_seconds):
     est = SGBayesLogisticRegression(**kw).fit(X, y)
     assert len(calls) == (2 * 10 if round_seconds == 0 else 2)
     np.testing.assert_array_equal(est.samples_, reference.samples_)
-    np.testing.assert_array_equal(est.sample_stats_["kinetic_temperature"], reference.sample_stats_["kinetic_temperature"])
+    np.testing.assert_array_equal(
+        est.sample_stats_["kinetic_temperature"], reference.sample_stats_["kinetic_temperature"]
+    )

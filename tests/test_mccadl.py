@@ -26,8 +26,12 @@ def _linreg_problem(seed=0, N=200, D=2, tau=1.0, alpha=1.0):
 
 def _run(sampler, model, start, n_iter, batch_size, seeds, h):
     sampler = clone(sampler).set_params(step_size=h)
-    results = [run_chain(sampler, model, start, n_iter, n_iter // 5, 1, n_iter, batch_size, "replacement",
-                         np.random.SeedSequence(s)) for s in seeds]
+    results = [
+        run_chain(
+            sampler, model, start, n_iter, n_iter // 5, 1, n_iter, batch_size, "replacement", np.random.SeedSequence(s)
+        )
+        for s in seeds
+    ]
     draws = np.stack([r.draws for r in results])
     stats = {k: np.stack([r.stats[k] for r in results])[..., None] for k in results[0].stats}
     return draws, stats, results
@@ -59,9 +63,17 @@ def test_estimator_with_mccadl_and_temperature():
     the kinetic temperature settles at T."""
     X, y, _, m, S = _linreg_problem(seed=1)
     T = 2.0
-    est = SGBayesLinearRegression(sampler=MCCAdL(temperature=T, friction=1.0), noise_precision=1.0,
-                                  n_iter=8000, n_chains=3, batch_size=50, random_state=0, init="map",
-                                  normalize_y=False, alpha_intercept=1.0)
+    est = SGBayesLinearRegression(
+        sampler=MCCAdL(temperature=T, friction=1.0),
+        noise_precision=1.0,
+        n_iter=8000,
+        n_chains=3,
+        batch_size=50,
+        random_state=0,
+        init="map",
+        normalize_y=False,
+        alpha_intercept=1.0,
+    )
     est.fit(X, y)
     draws = est.samples_
     flat = draws.reshape(-1, draws.shape[-1])
@@ -182,9 +194,17 @@ def test_far_too_large_step_raises_divergence_error_not_a_numerical_one():
     cov = 0.5 ** np.abs(np.subtract.outer(np.arange(P), np.arange(P)))
     X = rng.multivariate_normal(np.zeros(P), cov, size=2000)
     y = X @ rng.normal(size=P) + rng.normal(scale=0.5, size=2000)
-    reg = SGBayesLinearRegression(sampler=MCCAdL(step_size=0.0178, preconditioner="none"), batch_size=100,
-                                  noise_precision=4.0, gradient="minibatch", normalize_y=False,
-                                  fit_intercept=False, n_iter=5000, n_chains=2, random_state=0)
+    reg = SGBayesLinearRegression(
+        sampler=MCCAdL(step_size=0.0178, preconditioner="none"),
+        batch_size=100,
+        noise_precision=4.0,
+        gradient="minibatch",
+        normalize_y=False,
+        fit_intercept=False,
+        n_iter=5000,
+        n_chains=2,
+        random_state=0,
+    )
     with pytest.raises(DivergenceError, match="MCCAdL diverged"):
         reg.fit(X, y)
 
@@ -205,11 +225,11 @@ def test_sigma_from_an_independent_minibatch_removes_the_correlation_bias():
     h, n_iter = 0.02, 10000
     z = {}
     for source in ("same", "independent"):
-        draws, _, _ = _run(MCCAdL(step_size=h, sigma_estimate=source), model, np.array([0.0, 1.0]), n_iter, 10,
-                           [0, 1, 2], h)
+        draws, _, _ = _run(
+            MCCAdL(step_size=h, sigma_estimate=source), model, np.array([0.0, 1.0]), n_iter, 10, [0, 1, 2], h
+        )
         flat = draws.reshape(-1, 2)
-        z[source] = np.concatenate([(flat.mean(0) - mean) / mcse_mean(draws),
-                                    (flat.std(0) - sd) / mcse_sd(draws)])
+        z[source] = np.concatenate([(flat.mean(0) - mean) / mcse_mean(draws), (flat.std(0) - sd) / mcse_sd(draws)])
     assert np.all(np.abs(z["independent"]) < 4.0), z
     assert z["same"][1] > 8.0, z  # the mean of gamma, pushed up by the correlation
 
@@ -231,9 +251,14 @@ def test_sigma_refresh_auto_follows_the_gradient_estimator():
     fits = {}
     for refresh in ("auto", 1):
         # An independent Sigma under control variates, which sigma_estimate="auto" would not use.
-        fits[refresh] = SGBayesLinearRegression(sampler=MCCAdL(sigma_estimate="independent", sigma_refresh=refresh),
-                                                noise_precision=1.0, batch_size=40, n_iter=400, n_chains=1,
-                                                random_state=3).fit(X, y)
+        fits[refresh] = SGBayesLinearRegression(
+            sampler=MCCAdL(sigma_estimate="independent", sigma_refresh=refresh),
+            noise_precision=1.0,
+            batch_size=40,
+            n_iter=400,
+            n_chains=1,
+            random_state=3,
+        ).fit(X, y)
     np.testing.assert_array_equal(fits["auto"].samples_, fits[1].samples_)
     assert fits["auto"].diagnostics_["gradient"] == "control_variate"
     assert fits["auto"].diagnostics_["sigma_minibatches_per_iter"] == 1.0
@@ -245,9 +270,21 @@ def test_reused_sigma_gives_the_same_draws_whatever_n_jobs():
     """A compact, averaged Sigma travels in the chain state (to joblib workers and back between
     progress chunks) and gives the draws of one process."""
     X, y, _, _, _ = _linreg_problem(N=1000)
-    draws = [SGBayesLinearRegression(sampler=MCCAdL(), gradient="minibatch", batch_size=50, noise_precision=1.0,
-                                     n_iter=300, n_chains=2, random_state=4, **kw).fit(X, y).samples_
-             for kw in ({"n_jobs": 1}, {"n_jobs": 2}, {"n_jobs": 2, "verbose": 1})]
+    draws = [
+        SGBayesLinearRegression(
+            sampler=MCCAdL(),
+            gradient="minibatch",
+            batch_size=50,
+            noise_precision=1.0,
+            n_iter=300,
+            n_chains=2,
+            random_state=4,
+            **kw,
+        )
+        .fit(X, y)
+        .samples_
+        for kw in ({"n_jobs": 1}, {"n_jobs": 2}, {"n_jobs": 2, "verbose": 1})
+    ]
     np.testing.assert_array_equal(draws[0], draws[1])
     np.testing.assert_array_equal(draws[0], draws[2])
 
@@ -270,9 +307,15 @@ def test_sigma_estimate_auto_follows_the_gradient_estimator():
     for gradient, resolved, per_iter in (("auto", "same", 0.0), ("minibatch", "independent", None)):
         fits = {}
         for source in ("auto", resolved):
-            fits[source] = SGBayesLinearRegression(sampler=MCCAdL(sigma_estimate=source), gradient=gradient,
-                                                   noise_precision=1.0, batch_size=40, n_iter=400, n_chains=1,
-                                                   random_state=3).fit(X, y)
+            fits[source] = SGBayesLinearRegression(
+                sampler=MCCAdL(sigma_estimate=source),
+                gradient=gradient,
+                noise_precision=1.0,
+                batch_size=40,
+                n_iter=400,
+                n_chains=1,
+                random_state=3,
+            ).fit(X, y)
         np.testing.assert_array_equal(fits["auto"].samples_, fits[resolved].samples_)
         assert fits["auto"].diagnostics_["gradient"] == ("control_variate" if gradient == "auto" else "minibatch")
         if per_iter is not None:  # no Sigma minibatch at all

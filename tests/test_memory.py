@@ -34,22 +34,22 @@ def _write_data(tmp_path, n_rows, y_kind, chunk=100_000, n_classes=2):
     Two classes: labels -1 and 2; more: 0..n_classes-1 by thresholds on a noisy score;
     ``n_classes=None``: the score itself, a float64 memmap (regression targets).
     """
-    X = np.lib.format.open_memmap(tmp_path / f"X{n_rows}.npy", mode="w+", dtype=np.float64,
-                                  shape=(n_rows, N_FEATURES))
-    y = np.lib.format.open_memmap(tmp_path / f"y{n_rows}.npy", mode="w+",
-                                  dtype=np.float64 if n_classes is None else np.int64, shape=(n_rows,))
+    X = np.lib.format.open_memmap(tmp_path / f"X{n_rows}.npy", mode="w+", dtype=np.float64, shape=(n_rows, N_FEATURES))
+    y = np.lib.format.open_memmap(
+        tmp_path / f"y{n_rows}.npy", mode="w+", dtype=np.float64 if n_classes is None else np.int64, shape=(n_rows,)
+    )
     rng = np.random.default_rng(0)
     w = rng.normal(size=N_FEATURES)
     for start in range(0, n_rows, chunk):
         block = rng.normal(size=(min(chunk, n_rows - start), N_FEATURES))
-        X[start:start + len(block)] = block
+        X[start : start + len(block)] = block
         score = block @ w + rng.logistic(size=len(block))
         if n_classes is None:
-            y[start:start + len(block)] = score
+            y[start : start + len(block)] = score
         elif n_classes == 2:
-            y[start:start + len(block)] = 3 * (score > 0) - 1  # labels -1, 2
+            y[start : start + len(block)] = 3 * (score > 0) - 1  # labels -1, 2
         else:
-            y[start:start + len(block)] = np.digitize(score, np.linspace(-2, 2, n_classes - 1))
+            y[start : start + len(block)] = np.digitize(score, np.linspace(-2, 2, n_classes - 1))
     X.flush()
     y.flush()
     del X, y
@@ -61,8 +61,7 @@ def _write_data(tmp_path, n_rows, y_kind, chunk=100_000, n_classes=2):
 
 
 def _peak_bytes(X, y):
-    est = SGBayesLogisticRegression(sampler=SGLD(step_size=1e-4), n_iter=40, n_chains=1, init="zeros",
-                                    random_state=0)
+    est = SGBayesLogisticRegression(sampler=SGLD(step_size=1e-4), n_iter=40, n_chains=1, init="zeros", random_state=0)
     tracemalloc.start()
     try:
         est.fit(X, y)
@@ -80,7 +79,8 @@ def test_fit_on_memmap_allocates_no_per_row_copies(tmp_path, y_kind):
     growth = (peaks[1] - peaks[0]) / (3 * n)
     assert growth < MAX_BYTES_PER_ROW, (
         f"the fit's peak allocation grows by {growth:.1f} B/row (peaks {peaks[0] / 1e6:.2f} MB at {n} rows, "
-        f"{peaks[1] / 1e6:.2f} MB at {4 * n}); X is {8 * N_FEATURES} B/row on disk")
+        f"{peaks[1] / 1e6:.2f} MB at {4 * n}); X is {8 * N_FEATURES} B/row on disk"
+    )
 
 
 # -- full-data passes by blocks: the default settings ----------------------------------------
@@ -104,14 +104,17 @@ def _default_fit_peak(make, X, y):
     return peak
 
 
-@pytest.mark.parametrize("name, make, n_classes", [
-    # Defaults everywhere but the chain length: mCCAdL, init="map", step_size="auto".
-    ("binary logistic", lambda: SGBayesLogisticRegression(n_iter=20, n_chains=1, random_state=0), 2),
-    ("softmax", lambda: SGBayesLogisticRegression(n_iter=20, n_chains=1, random_state=0), 3),
-    # Regression targets as a float64 memmap: the model keeps them as given (an integer
-    # y would be converted to float64, 8 B/row).
-    ("linear regression", lambda: SGBayesLinearRegression(n_iter=20, n_chains=1, random_state=0), None),
-])
+@pytest.mark.parametrize(
+    "name, make, n_classes",
+    [
+        # Defaults everywhere but the chain length: mCCAdL, init="map", step_size="auto".
+        ("binary logistic", lambda: SGBayesLogisticRegression(n_iter=20, n_chains=1, random_state=0), 2),
+        ("softmax", lambda: SGBayesLogisticRegression(n_iter=20, n_chains=1, random_state=0), 3),
+        # Regression targets as a float64 memmap: the model keeps them as given (an integer
+        # y would be converted to float64, 8 B/row).
+        ("linear regression", lambda: SGBayesLinearRegression(n_iter=20, n_chains=1, random_state=0), None),
+    ],
+)
 def test_default_fit_on_memmap_allocates_no_per_row_arrays(tmp_path, monkeypatch, name, make, n_classes):
     # Blocks of 8192 rows for the passes and 4096 for the labels (65536 each by default):
     # N and 4N rows both span several blocks, so the peak is that of a block at both sizes
@@ -129,15 +132,20 @@ def test_default_fit_on_memmap_allocates_no_per_row_arrays(tmp_path, monkeypatch
     growth = (peaks[1] - peaks[0]) / (3 * n)
     assert growth < MAX_DEFAULT_BYTES_PER_ROW, (
         f"{name}: a default fit's peak allocation grows by {growth:.1f} B/row (peaks {peaks[0] / 1e6:.2f} MB at "
-        f"{n} rows, {peaks[1] / 1e6:.2f} MB at {4 * n}); X is {8 * N_FEATURES} B/row on disk")
+        f"{n} rows, {peaks[1] / 1e6:.2f} MB at {4 * n}); X is {8 * N_FEATURES} B/row on disk"
+    )
 
 
 def _glm_models(X, rng):
     y2 = (rng.random(X.shape[0]) < 0.4).astype(np.uint8)
     y3 = rng.integers(0, 3, X.shape[0]).astype(np.uint8)
     yr = rng.normal(size=X.shape[0])
-    return [glm.LogisticModel(X, y2), glm.SoftmaxModel(X, y3, n_classes=3), glm.LinearRegressionModel(X, yr),
-            glm.LinearRegressionModel(X, yr, noise_precision=2.0, fit_intercept=False)]
+    return [
+        glm.LogisticModel(X, y2),
+        glm.SoftmaxModel(X, y3, n_classes=3),
+        glm.LinearRegressionModel(X, yr),
+        glm.LinearRegressionModel(X, yr, noise_precision=2.0, fit_intercept=False),
+    ]
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -158,8 +166,15 @@ def test_full_data_passes_by_blocks_sum_to_the_whole_data_values(monkeypatch, sp
             theta = np.random.default_rng(5).normal(size=model.n_params) * 0.3
             v = np.random.default_rng(6).normal(size=model.n_params)
             ll, grad = model.log_likelihood_and_grad(theta)
-            out.append((ll, grad, model.loglik_hvp(theta, v), model.hessian_vector_product(theta, v),
-                        model._all_row_sq_norms()))
+            out.append(
+                (
+                    ll,
+                    grad,
+                    model.loglik_hvp(theta, v),
+                    model.hessian_vector_product(theta, v),
+                    model._all_row_sq_norms(),
+                )
+            )
         results[elements] = out
     for whole, blocks in zip(results[2**16], results[7]):
         for a, b in zip(whole, blocks):
@@ -200,8 +215,15 @@ def small_blocks(monkeypatch):
     monkeypatch.setattr(_classifier, "_LABEL_BLOCK", 7)
 
 
-@pytest.mark.parametrize("labels", [np.array([3, -1, 8]), np.array(["b", "a", "c"]),
-                                    np.array([2.0, 0.5e9, -4.0]), np.array(["x", "y", "z"], dtype=object)])
+@pytest.mark.parametrize(
+    "labels",
+    [
+        np.array([3, -1, 8]),
+        np.array(["b", "a", "c"]),
+        np.array([2.0, 0.5e9, -4.0]),
+        np.array(["x", "y", "z"], dtype=object),
+    ],
+)
 def test_blockwise_classes_and_codes_match_np_unique(small_blocks, labels):
     rng = np.random.default_rng(0)
     y = labels[rng.integers(0, 3, size=100)]
@@ -242,10 +264,13 @@ def test_partial_fit_finds_unknown_labels_in_any_block(small_blocks):
         clf.partial_fit(X, y_bad)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: SGBayesLogisticRegression(n_iter=60, n_chains=2, random_state=0),
-    lambda: SGBayesDRBMClassifier(n_hidden=3, n_iter=60, n_chains=2, random_state=0),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: SGBayesLogisticRegression(n_iter=60, n_chains=2, random_state=0),
+        lambda: SGBayesDRBMClassifier(n_hidden=3, n_iter=60, n_chains=2, random_state=0),
+    ],
+)
 def test_compact_codes_give_the_draws_of_wide_codes(make, monkeypatch):
     """The models compute with the codes' values, not their dtype: uint8 codes and the old int64
     ones give the same draws (three classes, so SoftmaxModel for the linear classifier)."""

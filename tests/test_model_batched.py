@@ -60,13 +60,16 @@ def _models():
     w = rng.random(N) * 2
     return {
         "logistic": LogisticModel(X, y_bin, alpha=0.7),
-        "logistic_weighted_per_feature": LogisticModel(X, y_bin, alpha=[0.5, 1.0, 2.0], alpha_intercept=0.1).set_sample_weight(w),
+        "logistic_weighted_per_feature": LogisticModel(
+            X, y_bin, alpha=[0.5, 1.0, 2.0], alpha_intercept=0.1
+        ).set_sample_weight(w),
         "softmax": SoftmaxModel(X, rng.integers(0, 3, N), n_classes=3, alpha=0.7),
         "softmax_noint": SoftmaxModel(X, rng.integers(0, 3, N), n_classes=3, fit_intercept=False),
         "linear_fixed_noise": LinearRegressionModel(X, y_reg, noise_precision=2.0),
         "linear_sampled_noise": LinearRegressionModel(X, y_reg, noise_prior_shape=2.0, noise_prior_rate=3.0),
         "linear_sampled_noise_noint_weighted": LinearRegressionModel(
-            X, y_reg, fit_intercept=False, noise_prior_shape=2.0, noise_prior_rate=3.0).set_sample_weight(w),
+            X, y_reg, fit_intercept=False, noise_prior_shape=2.0, noise_prior_rate=3.0
+        ).set_sample_weight(w),
         "drbm": DRBMModel(X, rng.integers(0, 3, N), n_classes=3, n_hidden=2, operator_dtype="float64"),
         "normal_gamma": NormalGammaModel(rng.standard_normal(N) + 1.0),
         "user_cauchy": CauchyRegression(X, y_reg + rng.standard_cauchy(N)),
@@ -106,17 +109,18 @@ def test_paths_match_the_looped_defaults(name):
     thetas, idx, V, theta0 = _stack(model, 1)
     tol = {"rtol": 1e-10, "atol": 1e-10}
     np.testing.assert_allclose(model.grad_log_prior_paths(thetas), Model.grad_log_prior_paths(model, thetas), **tol)
-    np.testing.assert_allclose(model.loglik_grad_paths(thetas, idx), Model.loglik_grad_paths(model, thetas, idx),
-                               **tol)
-    np.testing.assert_allclose(model.loglik_hvp_paths(thetas, V, idx),
-                               Model.loglik_hvp_paths(model, thetas, V, idx), **tol)
+    np.testing.assert_allclose(model.loglik_grad_paths(thetas, idx), Model.loglik_grad_paths(model, thetas, idx), **tol)
+    np.testing.assert_allclose(
+        model.loglik_hvp_paths(thetas, V, idx), Model.loglik_hvp_paths(model, thetas, V, idx), **tol
+    )
     ref = Model.taylor_remainder_paths(model, thetas, theta0, idx)
     np.testing.assert_allclose(model.taylor_remainder_paths(thetas, theta0, idx), ref, **tol)
     cache = model.taylor_cache(theta0)
     np.testing.assert_allclose(model.taylor_remainder_paths(thetas, theta0, idx, cache), ref, **tol)
     theta = thetas[0]
-    np.testing.assert_allclose(model.log_prior_hessian(theta), Model.log_prior_hessian(model, theta),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        model.log_prior_hessian(theta), Model.log_prior_hessian(model, theta), rtol=1e-6, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -129,11 +133,15 @@ def test_paths_match_finite_differences(name):
     eps = 1e-6
     for m in range(M):
         t, rows, v = thetas[m], idx[m], V[m]
-        np.testing.assert_allclose(grads[m], _fd_grad(lambda s, rows=rows: _loglik(model, s, rows), t), rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(priors[m], _fd_grad(lambda s: model.log_prior_and_grad(s)[0], t),
-                                   rtol=1e-6, atol=1e-6)
-        fd_hv = (model.log_likelihood_and_grad(t + eps * v, rows)[1]
-                 - model.log_likelihood_and_grad(t - eps * v, rows)[1]) / (2 * eps)
+        np.testing.assert_allclose(
+            grads[m], _fd_grad(lambda s, rows=rows: _loglik(model, s, rows), t), rtol=1e-6, atol=1e-6
+        )
+        np.testing.assert_allclose(
+            priors[m], _fd_grad(lambda s: model.log_prior_and_grad(s)[0], t), rtol=1e-6, atol=1e-6
+        )
+        fd_hv = (
+            model.log_likelihood_and_grad(t + eps * v, rows)[1] - model.log_likelihood_and_grad(t - eps * v, rows)[1]
+        ) / (2 * eps)
         np.testing.assert_allclose(hvps[m], fd_hv, rtol=1e-5, atol=1e-5)
         # A path's single-theta HVP is the same product.
         np.testing.assert_allclose(hvps[m], model.loglik_hvp(t, v, rows), rtol=1e-10, atol=1e-10)
@@ -144,8 +152,10 @@ def test_paths_match_finite_differences(name):
         g = model.log_likelihood_and_grad(thetas[m], rows)[1]
         g0 = model.log_likelihood_and_grad(theta0, rows)[1]
         h = np.linalg.norm(d) * eps
-        Hd = (model.log_likelihood_and_grad(theta0 + eps * d, rows)[1]
-              - model.log_likelihood_and_grad(theta0 - eps * d, rows)[1]) / (2 * eps)
+        Hd = (
+            model.log_likelihood_and_grad(theta0 + eps * d, rows)[1]
+            - model.log_likelihood_and_grad(theta0 - eps * d, rows)[1]
+        ) / (2 * eps)
         np.testing.assert_allclose(rem[m], g - g0 - Hd, rtol=1e-5, atol=1e-5 * max(1.0, h))
 
 
@@ -156,11 +166,21 @@ def test_dense_hessians_match_finite_differences(name):
     eps = 1e-6
     H_ll = model.loglik_hessian(theta)
     H_post = model.posterior_hessian(theta)
-    fd_ll = np.stack([(model.log_likelihood_and_grad(theta + eps * e)[1]
-                       - model.log_likelihood_and_grad(theta - eps * e)[1]) / (2 * eps)
-                      for e in np.eye(model.n_params)], axis=1)
-    fd_post = np.stack([(model.grad_log_posterior(theta + eps * e) - model.grad_log_posterior(theta - eps * e))
-                        / (2 * eps) for e in np.eye(model.n_params)], axis=1)
+    fd_ll = np.stack(
+        [
+            (model.log_likelihood_and_grad(theta + eps * e)[1] - model.log_likelihood_and_grad(theta - eps * e)[1])
+            / (2 * eps)
+            for e in np.eye(model.n_params)
+        ],
+        axis=1,
+    )
+    fd_post = np.stack(
+        [
+            (model.grad_log_posterior(theta + eps * e) - model.grad_log_posterior(theta - eps * e)) / (2 * eps)
+            for e in np.eye(model.n_params)
+        ],
+        axis=1,
+    )
     np.testing.assert_allclose(H_ll, fd_ll, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(H_post, fd_post, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(H_post, H_post.T)
@@ -186,10 +206,10 @@ def test_sparse_rows_give_the_dense_paths():
     thetas, idx, V, theta0 = _stack(dense, 4)
     tol = {"rtol": 1e-12, "atol": 1e-12}
     np.testing.assert_allclose(sparse.loglik_grad_paths(thetas, idx), dense.loglik_grad_paths(thetas, idx), **tol)
-    np.testing.assert_allclose(sparse.loglik_hvp_paths(thetas, V, idx), dense.loglik_hvp_paths(thetas, V, idx),
-                               **tol)
-    np.testing.assert_allclose(sparse.taylor_remainder_paths(thetas, theta0, idx),
-                               dense.taylor_remainder_paths(thetas, theta0, idx), **tol)
+    np.testing.assert_allclose(sparse.loglik_hvp_paths(thetas, V, idx), dense.loglik_hvp_paths(thetas, V, idx), **tol)
+    np.testing.assert_allclose(
+        sparse.taylor_remainder_paths(thetas, theta0, idx), dense.taylor_remainder_paths(thetas, theta0, idx), **tol
+    )
 
 
 @pytest.mark.parametrize("diagonal", [False, True])
@@ -206,10 +226,14 @@ def test_whitened_model_forwards_the_paths_in_its_coordinates(name, diagonal):
     # The base class's loops over the whitened single-theta methods are the reference.
     loose = {"rtol": 1e-6, "atol": 1e-6} if name == "user_cauchy" else {"rtol": 1e-9, "atol": 1e-9}
     np.testing.assert_allclose(wm.grad_log_prior_paths(zs), Model.grad_log_prior_paths(wm, zs), rtol=1e-12)
-    np.testing.assert_allclose(wm.loglik_grad_paths(zs, idx), Model.loglik_grad_paths(wm, zs, idx), rtol=1e-10,
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        wm.loglik_grad_paths(zs, idx), Model.loglik_grad_paths(wm, zs, idx), rtol=1e-10, atol=1e-10
+    )
     np.testing.assert_allclose(wm.loglik_hvp_paths(zs, V, idx), Model.loglik_hvp_paths(wm, zs, V, idx), **loose)
-    np.testing.assert_allclose(wm.taylor_remainder_paths(zs, z0, idx, wm.taylor_cache(z0)),
-                               Model.taylor_remainder_paths(wm, zs, z0, idx), **loose)
+    np.testing.assert_allclose(
+        wm.taylor_remainder_paths(zs, z0, idx, wm.taylor_cache(z0)),
+        Model.taylor_remainder_paths(wm, zs, z0, idx),
+        **loose,
+    )
     np.testing.assert_allclose(wm.loglik_hessian(z0), Model.loglik_hessian(wm, z0), **loose)
     np.testing.assert_allclose(wm.posterior_hessian(z0), Model.posterior_hessian(wm, z0), rtol=1e-5, atol=1e-5)

@@ -25,8 +25,7 @@ def _models():
         "logistic": LogisticModel(X, y_bin, alpha=0.7),
         "logistic_noint": LogisticModel(X, y_bin, alpha=2.0, fit_intercept=False),
         "softmax": SoftmaxModel(X, y_cls, n_classes=4, alpha=1.3),
-        "linreg_sampled_tau": LinearRegressionModel(X, y_reg, alpha=0.5, noise_prior_shape=2.0,
-                                                    noise_prior_rate=3.0),
+        "linreg_sampled_tau": LinearRegressionModel(X, y_reg, alpha=0.5, noise_prior_shape=2.0, noise_prior_rate=3.0),
         "linreg_fixed_tau": LinearRegressionModel(X, y_reg, alpha=0.5, noise_precision=2.5),
         "linreg_noint": LinearRegressionModel(X, y_reg, fit_intercept=False, noise_precision=1.0),
         "normal_gamma": NormalGammaModel(RNG.normal(size=40)),
@@ -48,10 +47,12 @@ def test_gradient_matches_finite_differences(name):
     theta = _point(model, np.random.default_rng(1))
     _, grad = model.log_posterior_and_grad(theta)
     eps = 1e-6
-    fd = np.array([
-        (model.log_posterior(theta + eps * e) - model.log_posterior(theta - eps * e)) / (2 * eps)
-        for e in np.eye(model.n_params)
-    ])
+    fd = np.array(
+        [
+            (model.log_posterior(theta + eps * e) - model.log_posterior(theta - eps * e)) / (2 * eps)
+            for e in np.eye(model.n_params)
+        ]
+    )
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6)
 
 
@@ -115,9 +116,12 @@ def test_linear_regression_log_density_with_jacobian():
     theta2 = _point(model, np.random.default_rng(6))
     W2, b2, extra2 = model.unpack(theta2)
     tau2 = np.exp(extra2[0])
-    direct2 = (stats.norm.logpdf(model.y, X @ W2[:, 0] + b2[0], 1 / np.sqrt(tau2)).sum()
-               + stats.gamma.logpdf(tau2, a=2.0, scale=1 / 3.0) + np.log(tau2)
-               + stats.norm.logpdf(theta2[:-1], 0, 1 / np.sqrt(0.5)).sum())
+    direct2 = (
+        stats.norm.logpdf(model.y, X @ W2[:, 0] + b2[0], 1 / np.sqrt(tau2)).sum()
+        + stats.gamma.logpdf(tau2, a=2.0, scale=1 / 3.0)
+        + np.log(tau2)
+        + stats.norm.logpdf(theta2[:-1], 0, 1 / np.sqrt(0.5)).sum()
+    )
     direct = loglik + log_prior_s + log_prior_w
     assert lp - model.log_posterior(theta2) == pytest.approx(direct - direct2, rel=1e-10)
 
@@ -151,8 +155,11 @@ def test_normal_gamma_posterior_matches_paper_closed_form():
     lp = [model.log_posterior(t) for t in grid]
     N, xbar = 100, x.mean()
     beta_N = 1 + 0.5 * ((x - xbar) ** 2).sum() + N * xbar**2 / (2 * (1 + N))
-    joint = [stats.norm.logpdf(m, N * xbar / (N + 1), 1 / np.sqrt((1 + N) * g))
-             + stats.gamma.logpdf(g, a=1 + N / 2, scale=1 / beta_N) for m, g in grid]
+    joint = [
+        stats.norm.logpdf(m, N * xbar / (N + 1), 1 / np.sqrt((1 + N) * g))
+        + stats.gamma.logpdf(g, a=1 + N / 2, scale=1 / beta_N)
+        for m, g in grid
+    ]
     assert lp[0] - lp[1] == pytest.approx(joint[0] - joint[1], rel=1e-10)
     assert gamma_post.mean() == pytest.approx((1 + N / 2) / beta_N)
     assert mu_post.mean() == pytest.approx(N * xbar / (N + 1))
@@ -175,8 +182,10 @@ def test_loglik_hvp_matches_finite_differences_of_the_gradient(name):
     idx = rng.integers(0, model.n_samples, size=15)
     eps = 1e-6
     for rows in (idx, None):
-        fd = (model.log_likelihood_and_grad(theta + eps * v, rows)[1]
-              - model.log_likelihood_and_grad(theta - eps * v, rows)[1]) / (2 * eps)
+        fd = (
+            model.log_likelihood_and_grad(theta + eps * v, rows)[1]
+            - model.log_likelihood_and_grad(theta - eps * v, rows)[1]
+        ) / (2 * eps)
         np.testing.assert_allclose(model.loglik_hvp(theta, v, rows), fd, rtol=1e-5, atol=1e-6)
     # The posterior's Hessian-vector product (negated, prior included) likewise.
     fd = -(model.grad_log_posterior(theta + eps * v) - model.grad_log_posterior(theta - eps * v)) / (2 * eps)
@@ -237,17 +246,22 @@ def test_gradient_differences_from_the_cached_centre_are_two_evaluations(name, t
     if name == "softmax":
         kwargs["n_classes"] = model.n_outputs
     if name.startswith("linreg"):
-        kwargs.update(noise_precision=model.noise_precision, noise_prior_shape=model.noise_prior_shape,
-                      noise_prior_rate=model.noise_prior_rate)
+        kwargs.update(
+            noise_precision=model.noise_precision,
+            noise_prior_shape=model.noise_prior_shape,
+            noise_prior_rate=model.noise_prior_rate,
+        )
     on_disk = type(model)(mapped, model.y, **kwargs)
     for c in (centre, other, centre):
         for rows in (rng.integers(0, model.n_samples, 12), slice(5, 17), None):
             diff = model.per_example_gradient_differences(theta, c, rows).to_dense()
-            expected = model.per_example_gradients(theta, rows).to_dense() - \
-                model.per_example_gradients(c, rows).to_dense()
+            expected = (
+                model.per_example_gradients(theta, rows).to_dense() - model.per_example_gradients(c, rows).to_dense()
+            )
             np.testing.assert_allclose(diff, expected, rtol=1e-12, atol=1e-12)
-            np.testing.assert_allclose(on_disk.per_example_gradient_differences(theta, c, rows).to_dense(),
-                                       expected, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(
+                on_disk.per_example_gradient_differences(theta, c, rows).to_dense(), expected, rtol=1e-12, atol=1e-12
+            )
         assert model._centre_cache[0] == np.asarray(c).tobytes() and model._centre_cache[1] is not None
     assert on_disk._centre_cache is None
     # The first call at a centre reads the same pass over all rows as every later one, so
@@ -276,21 +290,25 @@ def test_whitened_model_follows_a_position_moved_in_place(kind):
         got = wm.per_example_gradient_differences(z, z_hat, rows)
         prior = wm.grad_log_prior(z)
         fresh = WhitenedModel(model, m, wm.L)
-        np.testing.assert_array_equal(got.to_dense(),
-                                      fresh.per_example_gradient_differences(z.copy(), z_hat.copy(), rows).to_dense())
+        np.testing.assert_array_equal(
+            got.to_dense(), fresh.per_example_gradient_differences(z.copy(), z_hat.copy(), rows).to_dense()
+        )
         np.testing.assert_array_equal(prior, fresh.grad_log_prior(z.copy()))
         z += 0.3 * rng.normal(size=z.size)  # a drift, in place
 
 
-@pytest.mark.parametrize("values, dtype", [
-    ((0.0, 1.0), np.uint8),          # binary / one-hot
-    ((0.0, 17.0, 255.0), np.uint8),  # small counts
-    ((-1.0, 0.0, 1.0), np.int8),     # +-1 codes
-    ((-128.0, 127.0), np.int8),
-    ((0.0, 256.0), None),            # beyond a byte
-    ((-1.0, 200.0), None),           # signed and beyond int8
-    ((0.0, 0.5), None),              # not integers
-])
+@pytest.mark.parametrize(
+    "values, dtype",
+    [
+        ((0.0, 1.0), np.uint8),  # binary / one-hot
+        ((0.0, 17.0, 255.0), np.uint8),  # small counts
+        ((-1.0, 0.0, 1.0), np.int8),  # +-1 codes
+        ((-128.0, 127.0), np.int8),
+        ((0.0, 256.0), None),  # beyond a byte
+        ((-1.0, 200.0), None),  # signed and beyond int8
+        ((0.0, 0.5), None),  # not integers
+    ],
+)
 def test_minibatch_rows_come_from_an_exact_one_byte_copy(values, dtype, tmp_path):
     """Small-integer features are gathered from a one-byte copy; the rows, and so every
     product, are X's bit for bit. Other X, and memory-mapped X, gather from X itself."""
@@ -309,9 +327,13 @@ def test_minibatch_rows_come_from_an_exact_one_byte_copy(values, dtype, tmp_path
     theta = _point(model, rng)
     wide = LogisticModel(Xv, y)
     wide._narrow_X = False  # gathers from X itself
-    for ops, ref in ((model.per_example_gradients(theta, rows), wide.per_example_gradients(theta, rows)),
-                     (model.per_example_gradient_differences(theta, 0 * theta, rows),
-                      wide.per_example_gradient_differences(theta, 0 * theta, rows))):
+    for ops, ref in (
+        (model.per_example_gradients(theta, rows), wide.per_example_gradients(theta, rows)),
+        (
+            model.per_example_gradient_differences(theta, 0 * theta, rows),
+            wide.per_example_gradient_differences(theta, 0 * theta, rows),
+        ),
+    ):
         np.testing.assert_array_equal(ops.mean(), ref.mean())
         np.testing.assert_array_equal(ops.matvec(theta), ref.matvec(theta))
     assert model.without_data()._narrow_X is None

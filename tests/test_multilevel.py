@@ -46,13 +46,19 @@ def test_minibatch_hvp_matches_finite_differences(name):
     theta, v = _point(model, rng), rng.standard_normal(model.n_params)
     idx = rng.integers(0, model.n_samples, 7)
     eps = 1e-6
-    fd = (model.log_likelihood_and_grad(theta + eps * v, idx)[1]
-          - model.log_likelihood_and_grad(theta - eps * v, idx)[1]) / (2 * eps)
+    fd = (
+        model.log_likelihood_and_grad(theta + eps * v, idx)[1] - model.log_likelihood_and_grad(theta - eps * v, idx)[1]
+    ) / (2 * eps)
     np.testing.assert_allclose(model.loglik_hvp(theta, v, idx), fd, rtol=1e-6, atol=1e-6)
     # Full data and the posterior Hessian (prior included) against differences of the gradient.
     H = model.posterior_hessian(theta)
-    fd_H = np.stack([(model.grad_log_posterior(theta + eps * e) - model.grad_log_posterior(theta - eps * e)) / (2 * eps)
-                     for e in np.eye(model.n_params)], axis=1)
+    fd_H = np.stack(
+        [
+            (model.grad_log_posterior(theta + eps * e) - model.grad_log_posterior(theta - eps * e)) / (2 * eps)
+            for e in np.eye(model.n_params)
+        ],
+        axis=1,
+    )
     np.testing.assert_allclose(H, fd_H, rtol=1e-5, atol=1e-5)
 
 
@@ -74,8 +80,11 @@ def test_path_stacks_match_single_path_calls(name):
         np.testing.assert_allclose(hv[m], model.loglik_hvp(thetas[m], V[m], idx[m]), atol=1e-8)
     # Eq. 11's remainder, fused, equals its definition term by term.
     rem = model.taylor_remainder_paths(thetas, theta0, idx)
-    ref = (grads - model.loglik_grad_paths(np.tile(theta0, (M, 1)), idx)
-           - model.loglik_hvp_paths(theta0, thetas - theta0, idx))
+    ref = (
+        grads
+        - model.loglik_grad_paths(np.tile(theta0, (M, 1)), idx)
+        - model.loglik_hvp_paths(theta0, thetas - theta0, idx)
+    )
     np.testing.assert_allclose(rem, ref, atol=1e-8)
 
 
@@ -106,7 +115,7 @@ def test_coupled_paths_step_with_the_shared_estimators_force(taylor):
     M, n, h0, m = 4, 5, 0.02, 2
     coupled = CoupledSGLD(model, theta0, h0, m, n, antithetic=True, taylor=taylor)
     res = coupled.sample(1, M, np.random.default_rng(13), keep_points=True)
-    ref = (TaylorControlVariateGradient(model, n, theta_hat=theta0) if taylor else MinibatchGradient(model, n))
+    ref = TaylorControlVariateGradient(model, n, theta_hat=theta0) if taylor else MinibatchGradient(model, n)
     N, P = model.n_samples, model.n_params
 
     def step(thetas, h, rows, xi):
@@ -179,8 +188,10 @@ def test_fine_and_coarse_paths_have_the_euler_laws(antithetic):
     level, M = 2, 3000
     res = coupled.sample(level, M, np.random.default_rng(5), keep_points=True)
     fine, coarse = res.points[:, 0], res.points[:, 1]
-    for pts, h, s in ((fine, coupled.step_size(level), coupled.n_steps(level)),
-                      (coarse, coupled.step_size(level - 1), coupled.n_steps(level - 1))):
+    for pts, h, s in (
+        (fine, coupled.step_size(level), coupled.n_steps(level)),
+        (coarse, coupled.step_size(level - 1), coupled.n_steps(level - 1)),
+    ):
         exact = np.diag(_euler_cov(A, h, s))
         emp = ((pts - mu) ** 2).mean(axis=0)
         # Sample second moment of a Gaussian: relative sd sqrt(2 / M).
@@ -202,8 +213,10 @@ def test_level_variances_decay_at_order_one_plain_and_two_antithetic():
     slopes = {}
     for antithetic in (False, True):
         coupled = CoupledSGLD(model, mu, h0, 10, 6, antithetic=antithetic, taylor=False)
-        V = [coupled.sample(lv, 600, np.random.default_rng(10 + lv), lambda t: t - mu).delta.var(axis=0).sum()
-             for lv in levels]
+        V = [
+            coupled.sample(lv, 600, np.random.default_rng(10 + lv), lambda t: t - mu).delta.var(axis=0).sum()
+            for lv in levels
+        ]
         slopes[antithetic] = np.polyfit(levels, np.log2(V), 1)[0]
     assert abs(slopes[False] + 1.0) < 0.35, slopes
     assert abs(slopes[True] + 2.0) < 0.35, slopes
@@ -280,8 +293,14 @@ def test_estimate_starts_at_the_estimators_map_and_a_tighter_map_changes_it_by_f
 
 def test_estimators_fit_by_mlsgld_with_signed_weights():
     model, mu, S = _gaussian_problem(N=150)
-    reg = SGBayesLinearRegression(sampler=MLSGLD(target_rmse=0.2), noise_precision=1.0, batch_size=6,
-                                  random_state=0, normalize_y=False, alpha_intercept=1.0).fit(model.X, model.y)
+    reg = SGBayesLinearRegression(
+        sampler=MLSGLD(target_rmse=0.2),
+        noise_precision=1.0,
+        batch_size=6,
+        random_state=0,
+        normalize_y=False,
+        alpha_intercept=1.0,
+    ).fit(model.X, model.y)
     assert reg.samples_.ndim == 3 and reg.samples_.shape[0] == 1
     assert reg.sample_weight_.shape == reg.samples_.shape[:2]
     assert np.isclose(reg.sample_weight_.sum(), 1.0) and (reg.sample_weight_ < 0).any()
@@ -334,8 +353,9 @@ def test_the_shared_sgld_transition_is_eq_2_on_one_chain_and_on_a_path_stack():
     kept = dW.copy()
     np.testing.assert_allclose(langevin_step(theta.copy(), F, 0.1, dW, 1.5), expected, rtol=1e-14)
     np.testing.assert_array_equal(dW, kept)
-    np.testing.assert_allclose(langevin_step(theta[0].copy(), F[0], 0.1, dW[0], 1.5, out=dW[0]), expected[0],
-                               rtol=1e-14)
+    np.testing.assert_allclose(
+        langevin_step(theta[0].copy(), F[0], 0.1, dW[0], 1.5, out=dW[0]), expected[0], rtol=1e-14
+    )
 
 
 def test_a_multilevel_fit_runs_in_the_chains_rounds_progress_bar_and_interrupt(monkeypatch, capsys):

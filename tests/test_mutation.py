@@ -55,8 +55,13 @@ INGREDIENTS = {
     "mccadl": ("noise", "friction", "control"),
 }
 
-_MODULES = {"SGLD": sgld_module, "SGHMC": sghmc_module, "SGNHT": sgnht_module, "CCAdL": ccadl_module,
-            "MCCAdL": mccadl_module}
+_MODULES = {
+    "SGLD": sgld_module,
+    "SGHMC": sghmc_module,
+    "SGNHT": sgnht_module,
+    "CCAdL": ccadl_module,
+    "MCCAdL": mccadl_module,
+}
 
 
 class _ScaledNormals:
@@ -102,9 +107,11 @@ def mutate(monkeypatch, sampler, ingredient, factor):
         o_step = getattr(module, o_name)
 
         if ingredient == "noise":
+
             def mutant(p, friction, diffusion, delta, rng):
                 return o_step(p, friction, factor * diffusion, delta, rng)
         else:
+
             def mutant(p, friction, diffusion, delta, rng):
                 return o_step(p, factor * friction, diffusion, delta, rng)
 
@@ -152,8 +159,9 @@ def baseline():
     return get
 
 
-PARAMS = [(name, ingredient, factor) for name in sorted(INGREDIENTS) for ingredient in INGREDIENTS[name]
-          for factor in FACTORS]
+PARAMS = [
+    (name, ingredient, factor) for name in sorted(INGREDIENTS) for ingredient in INGREDIENTS[name] for factor in FACTORS
+]
 
 
 @pytest.mark.statistical
@@ -178,13 +186,17 @@ def test_mutant_fails_the_exact_posterior_check(baseline, monkeypatch, name, ing
 # The mutants the issue reported as passing the old +-15% sd check: 25% less injected
 # noise (in variance: the weaker reading), and SGHMC's B^ at 0, h Sigma or 2 h Sigma
 # instead of h Sigma / 2. Their B^ is clipped often, so only the failure is asserted.
-ISSUE_MUTANTS = [("sgld", "noise", 0.75), ("sghmc", "noise", 0.75), ("sghmc_empirical", "control", 0.0),
-                 ("sghmc_empirical", "control", 2.0), ("sghmc_empirical", "control", 4.0)]
+ISSUE_MUTANTS = [
+    ("sgld", "noise", 0.75),
+    ("sghmc", "noise", 0.75),
+    ("sghmc_empirical", "control", 0.0),
+    ("sghmc_empirical", "control", 2.0),
+    ("sghmc_empirical", "control", 4.0),
+]
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("name, ingredient, factor", ISSUE_MUTANTS,
-                         ids=[f"{n}-{i}-{f}" for n, i, f in ISSUE_MUTANTS])
+@pytest.mark.parametrize("name, ingredient, factor", ISSUE_MUTANTS, ids=[f"{n}-{i}-{f}" for n, i, f in ISSUE_MUTANTS])
 def test_the_issues_mutants_fail(monkeypatch, name, ingredient, factor):
     case = CASES[name]
     mutate(monkeypatch, case.sampler, ingredient, factor)

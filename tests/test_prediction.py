@@ -53,8 +53,10 @@ def test_blocked_predictive_equals_naive_average(cancer, tiny_blocks, sparse):
 
 def test_blocked_predictive_equals_naive_average_softmax_and_drbm(tiny_blocks):
     X, y = _multiclass_data()
-    for est in (SGBayesLogisticRegression(n_iter=100, n_chains=2, random_state=0, n_predict_draws=None),
-                SGBayesDRBMClassifier(n_hidden=4, n_iter=60, n_chains=2, random_state=0, n_predict_draws=None)):
+    for est in (
+        SGBayesLogisticRegression(n_iter=100, n_chains=2, random_state=0, n_predict_draws=None),
+        SGBayesDRBMClassifier(n_hidden=4, n_iter=60, n_chains=2, random_state=0, n_predict_draws=None),
+    ):
         est.fit(X, y)
         naive = est.predict_proba_samples(X[:40]).mean(axis=0)
         np.testing.assert_allclose(est.predict_proba(X[:40]), naive, rtol=0, atol=1e-12)
@@ -76,15 +78,17 @@ def test_blocked_regression_std_equals_naive(tiny_blocks):
     np.testing.assert_allclose(reg.predict(X[:30]), mean, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("n_rows, n_draws, n_outputs", [(1, 1, 1), (7, 4000, 2), (200_000, 4000, 2),
-                                                        (300, 50, 26), (10**6, 3, 1)])
+@pytest.mark.parametrize(
+    "n_rows, n_draws, n_outputs", [(1, 1, 1), (7, 4000, 2), (200_000, 4000, 2), (300, 50, 26), (10**6, 3, 1)]
+)
 def test_predict_blocks_cover_every_cell_once_within_budget(n_rows, n_draws, n_outputs):
     blocks = BaseSGBayes._predict_blocks(n_rows, n_draws, n_outputs)
     covered = sum((r.stop - r.start) * (d.stop - d.start) for r, d in blocks)
     assert covered == n_rows * n_draws
     assert all(r.stop <= n_rows and d.stop <= n_draws for r, d in blocks)
     assert max((r.stop - r.start) * (d.stop - d.start) for r, d in blocks) * n_outputs <= max(
-        estimator_module._PREDICT_CHUNK, n_outputs)
+        estimator_module._PREDICT_CHUNK, n_outputs
+    )
     if n_draws * n_outputs * min(n_rows, estimator_module._PREDICT_MIN_ROWS) <= estimator_module._PREDICT_CHUNK:
         assert all(d == slice(0, n_draws) for _, d in blocks)  # X read once: every draw per row block
 

@@ -66,9 +66,16 @@ def test_per_coefficient_and_intercept_precisions_give_the_exact_posterior(norma
     X = rng.normal(size=(N, D)) + 0.5
     y = 3.0 + X @ [1.0, -1.0, 0.5, 2.0] + rng.normal(size=N)
     alpha, alpha_intercept = np.array([0.1, 3.0, 30.0, 300.0]), 500.0
-    reg = SGBayesLinearRegression(sampler=sampler, batch_size=None, noise_precision=1.0, alpha=alpha,
-                                  alpha_intercept=alpha_intercept, normalize_y=normalize_y, n_chains=4,
-                                  random_state=0).fit(X, y)
+    reg = SGBayesLinearRegression(
+        sampler=sampler,
+        batch_size=None,
+        noise_precision=1.0,
+        alpha=alpha,
+        alpha_intercept=alpha_intercept,
+        normalize_y=normalize_y,
+        n_chains=4,
+        random_state=0,
+    ).fit(X, y)
     if normalize_y:
         assert reg.y_mean_ == pytest.approx(y.mean()) and reg.y_scale_ == pytest.approx(y.std())
     else:
@@ -88,8 +95,9 @@ def test_noise_gamma_prior_reaches_the_gradient_samplers():
     y = X @ [1.0, 2.0] + 0.5 + 0.5 * rng.normal(size=50)
     a = b = 20.0
     mean, sd = sampled_noise_reference(X, y, 1.0, a, b)
-    reg = SGBayesLinearRegression(batch_size=None, noise_prior_shape=a, noise_prior_rate=b, normalize_y=False,
-                                  alpha_intercept=1.0, random_state=0).fit(X, y)
+    reg = SGBayesLinearRegression(
+        batch_size=None, noise_prior_shape=a, noise_prior_rate=b, normalize_y=False, alpha_intercept=1.0, random_state=0
+    ).fit(X, y)
     assert_matches_gaussian(reg.samples_, mean, sd)
 
 
@@ -109,8 +117,9 @@ def test_array_alpha_is_laid_out_like_coef():
         lp = model.log_prior_and_grad(theta)[0]
         assert lp == pytest.approx(-0.5 * (np.sum(per_coef.T * W**2) + 0.25 * np.sum(b**2)))
         # The curvature the MAP, preconditioner and step size use is the same prior's.
-        prior_diag = model.hessian_diagonal(theta) - SoftmaxModel(X, y, n_classes=4, alpha=1e-300,
-                                                                  alpha_intercept=1e-300).hessian_diagonal(theta)
+        prior_diag = model.hessian_diagonal(theta) - SoftmaxModel(
+            X, y, n_classes=4, alpha=1e-300, alpha_intercept=1e-300
+        ).hessian_diagonal(theta)
         np.testing.assert_allclose(prior_diag, np.r_[per_coef.T.ravel(), np.full(4, 0.25)], rtol=1e-9)
 
 
@@ -119,8 +128,11 @@ def test_papers_prior_is_the_float_alpha_on_every_weight():
     kept as one float so that its arithmetic, and so the draws, are unchanged."""
     rng = np.random.default_rng(2)
     X, y = rng.normal(size=(10, 3)), rng.integers(0, 2, size=10)
-    for model in (LogisticModel(X, y, alpha=2.0), LogisticModel(X, y, alpha=2.0, alpha_intercept=2.0),
-                  LogisticModel(X, y, alpha=2.0, alpha_intercept=5.0, fit_intercept=False)):
+    for model in (
+        LogisticModel(X, y, alpha=2.0),
+        LogisticModel(X, y, alpha=2.0, alpha_intercept=2.0),
+        LogisticModel(X, y, alpha=2.0, alpha_intercept=5.0, fit_intercept=False),
+    ):
         assert model.prior_precision == 2.0 and np.ndim(model.prior_precision) == 0
     model = LinearRegressionModel(X, y, alpha=2.0, alpha_intercept=0.01)
     np.testing.assert_array_equal(model.prior_precision, [2.0, 2.0, 2.0, 0.01])
@@ -159,19 +171,29 @@ def test_grid_search_over_array_alpha(diabetes):
     assert np.all(np.isfinite(grid.fit(StandardScaler().fit_transform(Xi), yi).cv_results_["mean_test_score"]))
 
 
-@pytest.mark.parametrize("Est, params, match", [
-    (SGBayesLinearRegression, {"alpha": np.ones(3)}, r"alpha has shape \(3,\); expected .*\(n_features,\) = \(4,\)"),
-    (SGBayesLinearRegression, {"alpha": np.ones((2, 4))}, r"alpha has shape \(2, 4\)"),
-    (SGBayesLinearRegression, {"alpha": [1.0, -1.0, 1.0, 1.0]}, "positive, finite prior precisions"),
-    (SGBayesLinearRegression, {"alpha": [1.0, np.nan, 1.0, 1.0]}, "positive, finite prior precisions"),
-    (SGBayesLinearRegression, {"alpha": "wide"}, "'alpha' parameter"),
-    (SGBayesLinearRegression, {"alpha_intercept": 0.0}, "'alpha_intercept' parameter"),
-    (SGBayesLinearRegression, {"alpha_intercept": [1.0]}, "'alpha_intercept' parameter"),
-    (SGBayesLinearRegression, {"normalize_y": "yes"}, "'normalize_y' parameter"),
-    (SGBayesLogisticRegression, {"alpha": np.ones((2, 4))},
-     r"alpha has shape \(2, 4\); expected .*\(n_features,\) = \(4,\)$|\(n_features,\) = \(4,\):"),
-    (SGBayesLogisticRegression, {"alpha": np.ones((4, 3))}, r"\(n_classes, n_features\) = \(3, 4\)"),
-])
+@pytest.mark.parametrize(
+    "Est, params, match",
+    [
+        (
+            SGBayesLinearRegression,
+            {"alpha": np.ones(3)},
+            r"alpha has shape \(3,\); expected .*\(n_features,\) = \(4,\)",
+        ),
+        (SGBayesLinearRegression, {"alpha": np.ones((2, 4))}, r"alpha has shape \(2, 4\)"),
+        (SGBayesLinearRegression, {"alpha": [1.0, -1.0, 1.0, 1.0]}, "positive, finite prior precisions"),
+        (SGBayesLinearRegression, {"alpha": [1.0, np.nan, 1.0, 1.0]}, "positive, finite prior precisions"),
+        (SGBayesLinearRegression, {"alpha": "wide"}, "'alpha' parameter"),
+        (SGBayesLinearRegression, {"alpha_intercept": 0.0}, "'alpha_intercept' parameter"),
+        (SGBayesLinearRegression, {"alpha_intercept": [1.0]}, "'alpha_intercept' parameter"),
+        (SGBayesLinearRegression, {"normalize_y": "yes"}, "'normalize_y' parameter"),
+        (
+            SGBayesLogisticRegression,
+            {"alpha": np.ones((2, 4))},
+            r"alpha has shape \(2, 4\); expected .*\(n_features,\) = \(4,\)$|\(n_features,\) = \(4,\):",
+        ),
+        (SGBayesLogisticRegression, {"alpha": np.ones((4, 3))}, r"\(n_classes, n_features\) = \(3, 4\)"),
+    ],
+)
 def test_bad_priors_raise(Est, params, match):
     X = np.random.default_rng(0).normal(size=(30, 4))
     y = np.arange(30) % (3 if "n_classes" in match else 2)
@@ -182,8 +204,9 @@ def test_bad_priors_raise(Est, params, match):
 # -- item 1: raw regression targets -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw", [{}, {"noise_precision": 1 / 3000.0}, {"sampler": "sghmc", "batch_size": 50},
-                                {"fit_intercept": False}])
+@pytest.mark.parametrize(
+    "kw", [{}, {"noise_precision": 1 / 3000.0}, {"sampler": "sghmc", "batch_size": 50}, {"fit_intercept": False}]
+)
 def test_raw_and_rescaled_targets_give_the_same_posterior_up_to_units(diabetes, kw):
     """Same seed, targets ``y`` and ``c y + d``: the same draws up to the change of units
     (to rounding), for sampled and fixed noise, minibatches, and without intercept (where
@@ -202,8 +225,9 @@ def test_raw_and_rescaled_targets_give_the_same_posterior_up_to_units(diabetes, 
     mean_b, sd_b = b.predict(X[:5], return_std=True)
     np.testing.assert_allclose((mean_b - d) / c, mean_a, rtol=1e-10)
     np.testing.assert_allclose(sd_b / c, sd_a, rtol=1e-10)
-    np.testing.assert_allclose((b.sample_y(X[:5], 3, random_state=0) - d) / c, a.sample_y(X[:5], 3, random_state=0),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        (b.sample_y(X[:5], 3, random_state=0) - d) / c, a.sample_y(X[:5], 3, random_state=0), rtol=1e-10
+    )
     np.testing.assert_allclose(b.diagnostics_["mcse_mean"][:-1] / c, a.diagnostics_["mcse_mean"][:-1], rtol=1e-8)
 
 
@@ -230,8 +254,9 @@ def test_init_array_is_in_the_units_of_the_draws(diabetes):
     """An ``init`` array is read in y's units, as ``samples_``: chains that barely move stay at it."""
     X, y = diabetes
     start = np.r_[np.linspace(-5.0, 5.0, X.shape[1]), 150.0, np.log(1 / 2900.0)]
-    reg = SGBayesLinearRegression(sampler=SGLD(step_size=1e-14), init=start, n_iter=4, burn_in=0, n_chains=1,
-                                  batch_size=None, random_state=0)
+    reg = SGBayesLinearRegression(
+        sampler=SGLD(step_size=1e-14), init=start, n_iter=4, burn_in=0, n_chains=1, batch_size=None, random_state=0
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # four draws are too few for the diagnostics
         reg.fit(X, y)

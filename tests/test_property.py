@@ -44,11 +44,25 @@ from skbayes_sg.samplers import MLSGLD, SGHMC, SGLD, SGNHT, CCAdL, GadMALA, GadR
 pytestmark = pytest.mark.fuzz
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True, print_blob=True, database=None,
-                          suppress_health_check=_HEALTH)
+settings.register_profile(
+    "ci",
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    print_blob=True,
+    database=None,
+    suppress_health_check=_HEALTH,
+)
 _FUZZ = int(os.environ.get("SKBAYES_SG_FUZZ", "0") or 0)
-settings.register_profile("fuzz", max_examples=max(_FUZZ, 1), deadline=None, derandomize=False, database=None,
-                          print_blob=True, suppress_health_check=_HEALTH)
+settings.register_profile(
+    "fuzz",
+    max_examples=max(_FUZZ, 1),
+    deadline=None,
+    derandomize=False,
+    database=None,
+    print_blob=True,
+    suppress_health_check=_HEALTH,
+)
 PROFILE = "fuzz" if _FUZZ else "ci"
 
 ESTIMATORS = {
@@ -61,8 +75,7 @@ ESTIMATORS = {
 
 SCALES = [0.0, 1e-300, 1e-150, 1e-8, 1.0, 1.0, 1.0, 1e3, 1e8, 1e20, 1e100, 1e150, 1e300]
 DTYPES = ["float64", "float32", "float16", "int64", "int8", "uint8", "bool"]
-CONTAINERS = ["ndarray", "ndarray", "fortran", "list", "pandas", "csr", "csc", "coo", "memmap", "readonly",
-              "strided"]
+CONTAINERS = ["ndarray", "ndarray", "fortran", "list", "pandas", "csr", "csc", "coo", "memmap", "readonly", "strided"]
 
 
 @st.composite
@@ -183,8 +196,15 @@ def regression_targets(draw, X):
 # -- hyperparameters from the estimators' constraints ------------------------------------------
 
 SAMPLER_NAMES = ["sgld", "sghmc", "sgnht", "ccadl", "mccadl", "gadmala", "gadrwm"]
-SAMPLER_CLASSES = {"sgld": SGLD, "sghmc": SGHMC, "sgnht": SGNHT, "ccadl": CCAdL, "mccadl": MCCAdL,
-                   "gadmala": GadMALA, "gadrwm": GadRWM}
+SAMPLER_CLASSES = {
+    "sgld": SGLD,
+    "sghmc": SGHMC,
+    "sgnht": SGNHT,
+    "ccadl": CCAdL,
+    "mccadl": MCCAdL,
+    "gadmala": GadMALA,
+    "gadrwm": GadRWM,
+}
 
 #: Cost-bounded strategies for parameters whose full range would make a case slow (a tiny
 #: fit keeps hundreds of cases within minutes); every other constraint is drawn generically.
@@ -222,8 +242,12 @@ def from_constraint(constraints):
             else:
                 lo = -np.inf if c.left is None else c.left
                 hi = np.inf if c.right is None else c.right
-                ok = [v for v in _POSITIVE_REALS + [0.0, 0.3, 0.9] if (v > lo or (v == lo and c.closed in
-                      ("left", "both"))) and (v < hi or (v == hi and c.closed in ("right", "both")))]
+                ok = [
+                    v
+                    for v in _POSITIVE_REALS + [0.0, 0.3, 0.9]
+                    if (v > lo or (v == lo and c.closed in ("left", "both")))
+                    and (v < hi or (v == hi and c.closed in ("right", "both")))
+                ]
                 options.append(st.sampled_from(ok))
         elif c == "random_state":
             options.append(st.integers(0, 2**31 - 1))
@@ -238,9 +262,13 @@ def samplers(draw, allow_multilevel=False, valid=False):
         # Multilevel cost follows the posterior's condition number, not n_iter (ill-
         # conditioned tiny posteriors take minutes by design; past MAX_AUTO_HORIZON
         # steps a path is a ValueError): bounded explicitly, as for the chains' n_iter.
-        return MLSGLD(target_rmse=draw(st.sampled_from([0.3, 1.0])), n_initial=draw(st.integers(5, 20)),
-                      max_levels=draw(st.integers(1, 3)), horizon=draw(st.sampled_from([5, 20, 50])),
-                      step_size=draw(st.sampled_from(["auto", 1e-3])))
+        return MLSGLD(
+            target_rmse=draw(st.sampled_from([0.3, 1.0])),
+            n_initial=draw(st.integers(5, 20)),
+            max_levels=draw(st.integers(1, 3)),
+            horizon=draw(st.sampled_from([5, 20, 50])),
+            step_size=draw(st.sampled_from(["auto", 1e-3])),
+        )
     if name not in SAMPLER_CLASSES or draw(st.integers(0, 2)):
         return name
     cls = SAMPLER_CLASSES[name]
@@ -250,8 +278,9 @@ def samplers(draw, allow_multilevel=False, valid=False):
     if "friction" in cls().get_params():
         kwargs["friction"] = draw(st.sampled_from([0.1, 1.0, 10.0]))
     if "preconditioner" in cls().get_params():
-        kwargs["preconditioner"] = draw(st.sampled_from(["auto", "none", "diag", "dense", "auto"]
-                                                        + ([] if valid else ["full?"])))
+        kwargs["preconditioner"] = draw(
+            st.sampled_from(["auto", "none", "diag", "dense", "auto"] + ([] if valid else ["full?"]))
+        )
     if "cholesky" in cls().get_params():
         kwargs["cholesky"] = draw(st.sampled_from(["full", "diag"]))
     return cls(**kwargs)
@@ -425,8 +454,10 @@ def run_case(kind, params, X, y, container, tmpdir):
                 for values, shape in preds:
                     values = np.asarray(values, dtype=float)
                     if values.shape != shape or not np.all(np.isfinite(values)):
-                        outcome, detail = "bad:prediction", f"shape {values.shape} vs {shape}, finite " \
-                                                            f"{np.isfinite(values).all()}"
+                        outcome, detail = (
+                            "bad:prediction",
+                            f"shape {values.shape} vs {shape}, finite {np.isfinite(values).all()}",
+                        )
         except (ValueError, NotFittedError) as exc:
             message = str(exc)
             outcome, detail = f"ValueError:{classify_error(message)}", message
@@ -444,8 +475,7 @@ def run_case(kind, params, X, y, container, tmpdir):
             explicit = not isinstance(getattr(params["sampler"], "step_size", "auto"), str)
             with np.errstate(all="ignore"):
                 scale = np.nanmax(np.abs(np.asarray(X, dtype=float)), initial=0.0)
-                flat = (params.get("alpha", 1.0) < 1e-6 * max(scale, 1.0) ** 2
-                        or "The prior is nearly flat" in str(exc))
+                flat = params.get("alpha", 1.0) < 1e-6 * max(scale, 1.0) ** 2 or "The prior is nearly flat" in str(exc)
             # A start the user put far out (the DRBM's init_scale), named by the message.
             far_start = "use a smaller init_scale" in str(exc)
             if explicit:
@@ -484,6 +514,7 @@ def _check(case, tmp_path):
 
 # -- the properties ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", sorted(ESTIMATORS))
 def test_generated_inputs_fit_or_raise_a_clear_value_error(kind, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fuzz")
@@ -506,9 +537,13 @@ def good_cases(draw):
     y = X @ rng.standard_normal(d) + rng.standard_normal(n)
     if kind != "linear":
         y = np.arange(n) % draw(st.integers(2, 3))
-    params = {"n_iter": draw(st.integers(8, 25)), "n_chains": draw(st.integers(2, 3)),
-              "random_state": draw(st.integers(0, 2**31 - 1)), "sampler": draw(samplers(valid=True)),
-              "batch_size": draw(st.sampled_from([None, "auto", 4]))}
+    params = {
+        "n_iter": draw(st.integers(8, 25)),
+        "n_chains": draw(st.integers(2, 3)),
+        "random_state": draw(st.integers(0, 2**31 - 1)),
+        "sampler": draw(samplers(valid=True)),
+        "batch_size": draw(st.sampled_from([None, "auto", 4])),
+    }
     if isinstance(params["sampler"], (GadMALA, GadRWM)) or params["sampler"] in ("gadmala", "gadrwm"):
         params["batch_size"] = None
     if kind == "drbm":

@@ -86,8 +86,7 @@ def test_auto_continuation_is_one_fit_of_its_length():
 
 def test_saved_chain_holds_no_draws_and_no_generators(cancer):
     X, y = cancer
-    est = SGBayesLogisticRegression(sampler="sghmc", batch_size=50, n_iter=400, n_chains=2,
-                                    random_state=0).fit(X, y)
+    est = SGBayesLogisticRegression(sampler="sghmc", batch_size=50, n_iter=400, n_chains=2, random_state=0).fit(X, y)
     for progress in est._chain_progress:
         assert set(progress) == {"rng", "queue", "t", "n_burn", "n_adapt", "eff_thin"}
         assert isinstance(progress["rng"], dict) and progress["t"] == 400
@@ -97,11 +96,15 @@ def test_saved_chain_holds_no_draws_and_no_generators(cancer):
     assert len(pickle.dumps(est)) < 1.5 * est.samples_.nbytes + len(pickle.dumps(est._chain_states)) + 100_000
 
 
-@pytest.mark.parametrize("make", [
-    lambda: (SGBayesLogisticRegression(n_iter=300, n_chains=2, random_state=0), "cancer"),
-    lambda: (SGBayesLinearRegression(sampler="gadmala", n_iter=300, n_chains=2, random_state=0), "regression"),
-    lambda: (SGBayesDRBMClassifier(n_hidden=3, n_iter=100, n_chains=2, random_state=0), "moons"),
-], ids=["logistic", "linear-gadmala", "drbm"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: (SGBayesLogisticRegression(n_iter=300, n_chains=2, random_state=0), "cancer"),
+        lambda: (SGBayesLinearRegression(sampler="gadmala", n_iter=300, n_chains=2, random_state=0), "regression"),
+        lambda: (SGBayesDRBMClassifier(n_hidden=3, n_iter=100, n_chains=2, random_state=0), "moons"),
+    ],
+    ids=["logistic", "linear-gadmala", "drbm"],
+)
 def test_skops_round_trip_trusts_only_this_package(cancer, make):
     est, data = make()
     if data == "cancer":

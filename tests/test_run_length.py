@@ -15,8 +15,11 @@ from skbayes_sg.samplers import SGLD
 
 def _summary(ess_bulk, ess_tail=None, rhat=None, P=3):
     ess_bulk = np.full(P, float(ess_bulk))
-    return {"ess_bulk": ess_bulk, "ess_tail": ess_bulk if ess_tail is None else np.full(P, float(ess_tail)),
-            "rhat": np.full(P, 1.001 if rhat is None else rhat)}
+    return {
+        "ess_bulk": ess_bulk,
+        "ess_tail": ess_bulk if ess_tail is None else np.full(P, float(ess_tail)),
+        "rhat": np.full(P, 1.001 if rhat is None else rhat),
+    }
 
 
 def _data(n=300, d=3, seed=0):
@@ -79,8 +82,18 @@ def test_extended_chain_equals_one_run_of_the_final_schedule():
 def test_extend_refuses_a_schedule_off_the_grid():
     X, y = _data()
     model = LinearRegressionModel(X, y, alpha=1.0, fit_intercept=True, noise_precision=1.0)
-    runner = ChainRunner(SGLD(step_size=0.002, preconditioner="none"), model, np.zeros(model.n_params), 100, 20,
-                         2, None, None, "replacement", np.random.SeedSequence(0))
+    runner = ChainRunner(
+        SGLD(step_size=0.002, preconditioner="none"),
+        model,
+        np.zeros(model.n_params),
+        100,
+        20,
+        2,
+        None,
+        None,
+        "replacement",
+        np.random.SeedSequence(0),
+    )
     with pytest.raises(ValueError, match="cannot extend"):
         runner.extend(200, 21, 2)
     with pytest.raises(ValueError, match="cannot extend"):
@@ -112,8 +125,7 @@ def test_auto_warns_at_its_ceiling(monkeypatch):
 
 def test_warm_start_auto_continues_until_the_new_draws_meet_the_targets():
     X, y = _data()
-    est = SGBayesLinearRegression(n_iter=400, warm_start=True, max_draws=None, random_state=0,
-                                  noise_precision=1.0)
+    est = SGBayesLinearRegression(n_iter=400, warm_start=True, max_draws=None, random_state=0, noise_precision=1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est.fit(X, y)

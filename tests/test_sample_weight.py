@@ -42,8 +42,11 @@ def _model_cases(rng):
         (SoftmaxModel, rng.integers(0, 3, N), {"n_classes": 3}),
         (LinearRegressionModel, rng.standard_normal(N), {}),
         (LinearRegressionModel, rng.standard_normal(N), {"noise_precision": 2.0}),
-        (DRBMModel, rng.integers(0, 3, N), {"n_classes": 3, "n_hidden": 4, "operator_dtype": "float64",
-                                            "random_state": 0}),
+        (
+            DRBMModel,
+            rng.integers(0, 3, N),
+            {"n_classes": 3, "n_hidden": 4, "operator_dtype": "float64", "random_state": 0},
+        ),
     ]
 
 
@@ -82,9 +85,11 @@ def test_integer_weights_are_duplicated_rows_in_every_likelihood_evaluation(case
     np.testing.assert_allclose(hv.mean() * N, b.loglik_hvp(theta, v), **close)
     np.testing.assert_allclose(a.loglik_grad_paths(theta[None], np.arange(N)[None])[0], gb, **close)
     np.testing.assert_allclose(a.loglik_hessian(theta), b.loglik_hessian(theta), **close)
-    np.testing.assert_allclose(a.taylor_remainder_paths(theta[None], centre, np.arange(N)[None]),
-                               b.taylor_remainder_paths(theta[None], centre, np.arange(rep.size)[None]),
-                               **close)
+    np.testing.assert_allclose(
+        a.taylor_remainder_paths(theta[None], centre, np.arange(N)[None]),
+        b.taylor_remainder_paths(theta[None], centre, np.arange(rep.size)[None]),
+        **close,
+    )
     L = np.linalg.cholesky(np.linalg.inv(a.hessian(theta)))
     h_a, h_b = a.leverage_scores(theta, L), b.leverage_scores(theta, L)
     np.testing.assert_allclose(np.bincount(rep, weights=h_b, minlength=N), h_a, **close)
@@ -158,8 +163,9 @@ def test_weighted_minibatch_force_is_unbiased_and_never_draws_zero_weight_rows(k
     if kind == "minibatch":
         some = np.flatnonzero(w > 0)[:10]
         plain = LogisticModel(model.X, model.y).per_example_gradients(theta, some).to_dense()
-        np.testing.assert_allclose(target._per_example(theta, some).to_dense(), w.mean() * plain, rtol=1e-10,
-                                   atol=1e-12)
+        np.testing.assert_allclose(
+            target._per_example(theta, some).to_dense(), w.mean() * plain, rtol=1e-10, atol=1e-12
+        )
 
 
 # -- through the estimators: the weighted conjugate posterior ---------------------------------
@@ -179,12 +185,16 @@ def _weighted_conjugate(N=400, tau=2.0, alpha=1.0, seed=3):
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("setting", [
-    {"batch_size": 200, "gradient": "minibatch"},
-    {"batch_size": 40, "gradient": "control_variate", "n_iter": 3000},
-    {"batch_size": 200, "gradient": "minibatch", "batch_scheme": "epochs"},
-    {"batch_size": None, "sampler": "gadmala"},
-], ids=["minibatch", "control_variate", "epochs", "gadmala"])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"batch_size": 200, "gradient": "minibatch"},
+        {"batch_size": 40, "gradient": "control_variate", "n_iter": 3000},
+        {"batch_size": 200, "gradient": "minibatch", "batch_scheme": "epochs"},
+        {"batch_size": None, "sampler": "gadmala"},
+    ],
+    ids=["minibatch", "control_variate", "epochs", "gadmala"],
+)
 def test_sampler_matches_the_weighted_conjugate_posterior(setting):
     """Means and sds within Z_MAX MCSE of the closed form: minibatch rows drawn in
     proportion to the weights, leverage-sampled control variates, reweighted epochs and
@@ -227,8 +237,11 @@ def _imbalanced(n=240, classes=2, seed=4):
     return X, np.array(["a", "b", "c"])[y]
 
 
-@pytest.mark.parametrize("cls,classes", [(SGBayesLogisticRegression, 2), (SGBayesLogisticRegression, 3),
-                                         (SGBayesDRBMClassifier, 3)], ids=["logistic", "softmax", "drbm"])
+@pytest.mark.parametrize(
+    "cls,classes",
+    [(SGBayesLogisticRegression, 2), (SGBayesLogisticRegression, 3), (SGBayesDRBMClassifier, 3)],
+    ids=["logistic", "softmax", "drbm"],
+)
 def test_class_weight_equals_the_corresponding_sample_weight(cls, classes):
     X, y = _imbalanced(classes=classes)
     rng = np.random.default_rng(5)
@@ -265,6 +278,7 @@ def test_balanced_class_weight_without_sample_weight_is_compute_sample_weight():
     BaseSGBayes._fit, saved = spy, BaseSGBayes._fit
     try:
         import warnings
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             clf.fit(X, y)
@@ -289,26 +303,31 @@ def test_sample_weight_is_routed_by_gridsearchcv_and_pipeline():
     kw = dict(n_iter=60, n_chains=2, batch_size=50, random_state=0)
     direct = SGBayesLogisticRegression(**kw).fit(X, y, sample_weight=w)
     with sklearn.config_context(enable_metadata_routing=True):
-        clf = SGBayesLogisticRegression(**kw).set_fit_request(sample_weight=True).set_score_request(
-            sample_weight=True)
+        clf = SGBayesLogisticRegression(**kw).set_fit_request(sample_weight=True).set_score_request(sample_weight=True)
         search = GridSearchCV(clf, {"alpha": [1.0]}, cv=2).fit(X, y, sample_weight=w)
         np.testing.assert_array_equal(search.best_estimator_.samples_, direct.samples_)
-        pipe = make_pipeline(StandardScaler().set_fit_request(sample_weight=False),
-                             SGBayesLogisticRegression(**kw).set_fit_request(sample_weight=True))
+        pipe = make_pipeline(
+            StandardScaler().set_fit_request(sample_weight=False),
+            SGBayesLogisticRegression(**kw).set_fit_request(sample_weight=True),
+        )
         pipe.fit(X, y, sample_weight=w)
     unweighted = make_pipeline(StandardScaler(), SGBayesLogisticRegression(**kw)).fit(X, y)
     scaled = StandardScaler().fit_transform(X)
-    np.testing.assert_array_equal(pipe[-1].samples_,
-                                  SGBayesLogisticRegression(**kw).fit(scaled, y, sample_weight=w).samples_)
+    np.testing.assert_array_equal(
+        pipe[-1].samples_, SGBayesLogisticRegression(**kw).fit(scaled, y, sample_weight=w).samples_
+    )
     assert not np.array_equal(pipe[-1].samples_, unweighted[-1].samples_)
 
 
-@pytest.mark.parametrize("weights,message", [
-    (-np.ones(40), "Negative values"),
-    (np.zeros(40), "at least one non-zero"),
-    (np.ones(39), "sample_weight.shape"),
-    (np.full(40, np.nan), "NaN"),
-])
+@pytest.mark.parametrize(
+    "weights,message",
+    [
+        (-np.ones(40), "Negative values"),
+        (np.zeros(40), "at least one non-zero"),
+        (np.ones(39), "sample_weight.shape"),
+        (np.full(40, np.nan), "NaN"),
+    ],
+)
 def test_invalid_sample_weight_raises(weights, message):
     X, y = _imbalanced(n=40)
     for est in (SGBayesLogisticRegression(n_iter=10), SGBayesLinearRegression(n_iter=10)):
@@ -344,15 +363,20 @@ def _sampled_noise_posterior(X, y, w, alpha=1.0, a=1e-6, b=1e-6):
     grid = np.linspace(-4.0, 4.0, 8001)
     tau = np.exp(grid)[:, None]
     d = alpha + tau * lam
-    logp = ((0.5 * w.sum() + a) * grid - 0.5 * tau[:, 0] * yy + 0.5 * tau[:, 0] ** 2 * np.sum(r ** 2 / d, axis=1)
-            - 0.5 * np.log(d).sum(axis=1) - b * tau[:, 0])
+    logp = (
+        (0.5 * w.sum() + a) * grid
+        - 0.5 * tau[:, 0] * yy
+        + 0.5 * tau[:, 0] ** 2 * np.sum(r**2 / d, axis=1)
+        - 0.5 * np.log(d).sum(axis=1)
+        - b * tau[:, 0]
+    )
     p = np.exp(logp - logp.max())
     p /= p.sum()
     assert max(p[0], p[-1]) < 1e-12  # the grid covers the posterior of s
     m = (tau * r / d) @ U.T
-    var = (1.0 / d) @ (U.T ** 2)
+    var = (1.0 / d) @ (U.T**2)
     mean = p @ m
-    sd = np.sqrt(p @ (var + m ** 2) - mean ** 2)
+    sd = np.sqrt(p @ (var + m**2) - mean**2)
     s_mean = p @ grid
     return np.append(mean, s_mean), np.append(sd, np.sqrt(p @ (grid - s_mean) ** 2))
 
@@ -384,7 +408,7 @@ def test_drbm_operator_scales_its_rows(dtype):
     np.testing.assert_allclose(ops.mean(), dense.mean(axis=0), **tol)
     np.testing.assert_allclose(ops.matvec(v), dense @ v, **tol)
     np.testing.assert_allclose(ops.rmatvec(u), dense.T @ u, **tol)
-    np.testing.assert_allclose(ops.sum_of_squares(), (dense ** 2).sum(axis=0), **tol)
+    np.testing.assert_allclose(ops.sum_of_squares(), (dense**2).sum(axis=0), **tol)
 
 
 def test_warm_start_with_other_weights_redraws_the_row_probabilities():

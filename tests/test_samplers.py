@@ -75,7 +75,7 @@ def test_recovers_exact_gaussian_posterior(name):
     # discretisation), and SGLD's by 1 / (1 - h lambda_max / 2) too.
     lam_max = np.linalg.eigvalsh(np.linalg.inv(cov)).max()
     bound = 1.01 * (1 + NOISE_RATIO) / (1 - h * lam_max / 2 if name == "sgld" else 1)
-    ratio = predicted.sd ** 2 / np.diag(cov)
+    ratio = predicted.sd**2 / np.diag(cov)
     assert np.all((ratio > 0.98) & (ratio < bound)), ratio
     # SGNHT's xi starts at A and climbs to A + h sigma^2 / 2 ~ 11 (Proposition 1) over
     # ~10^4 iterations here (its mass mu = N_d makes it slow); until then the chain runs
@@ -110,7 +110,7 @@ def test_sgld_temperature_scales_the_posterior_variance():
     sampler = SGLD(temperature=2.0)
     predicted = predicted_moments(sampler, model, mean, cov, h, 100)
     lam_max = np.linalg.eigvalsh(np.linalg.inv(cov)).max()
-    ratio = predicted.sd ** 2 / (2.0 * np.diag(cov))
+    ratio = predicted.sd**2 / (2.0 * np.diag(cov))
     assert np.all((ratio > 1) & (ratio < (1 + NOISE_RATIO) / (1 - h * lam_max / 2))), ratio
     draws, _ = sample(sampler, model, mean, n_iter=8000, n_burn=1000, batch_size=100, step_size=h)
     assert_matches_gaussian(draws, mean, predicted.sd)
@@ -149,13 +149,15 @@ def test_predicted_gradient_noise_bias_is_the_docstrings():
     """
     model, mean, cov, sigma_max = conjugate_regression()
     var = np.diag(cov)
-    Sigma = 400 ** 2 / 100 * np.cov(model.per_example_gradients(mean, slice(None)).to_dense().T, bias=True)
+    Sigma = 400**2 / 100 * np.cov(model.per_example_gradients(mean, slice(None)).to_dense().T, bias=True)
     lo, hi = np.linalg.eigvalsh(Sigma)[[0, -1]] / sigma_max
     h, A = 1e-3 / sigma_max, 10.0
     samplers = ((SGLD(), 1.0), (SGHMC(friction=A), A), (SGHMC(friction=A, noise_estimate="empirical"), A))
     for sampler, scale in samplers:
-        added = (predicted_moments(sampler, model, mean, cov, h, 100).sd ** 2
-                 - predicted_moments(sampler, model, mean, cov, h, None).sd ** 2)
+        added = (
+            predicted_moments(sampler, model, mean, cov, h, 100).sd ** 2
+            - predicted_moments(sampler, model, mean, cov, h, None).sd ** 2
+        )
         excess = added / var / (h * sigma_max / (2 * scale))
         if getattr(sampler, "noise_estimate", None) == "empirical":
             assert np.all(np.abs(excess) < 0.05), excess
@@ -163,8 +165,9 @@ def test_predicted_gradient_noise_bias_is_the_docstrings():
             assert np.all((excess > lo) & (excess < hi)), (sampler, excess, lo, hi)
 
 
-@pytest.mark.parametrize("sampler", [SGNHT(friction=10.0), CCAdL(friction=10.0), MCCAdL(friction=10.0)],
-                         ids=["sgnht", "ccadl", "mccadl"])
+@pytest.mark.parametrize(
+    "sampler", [SGNHT(friction=10.0), CCAdL(friction=10.0), MCCAdL(friction=10.0)], ids=["sgnht", "ccadl", "mccadl"]
+)
 def test_predicted_xi_is_propositions_1_and_2(sampler):
     """Small h: xi - A -> h sigma^2 / 2 for SGNHT (Proposition 1, sigma^2 the mean of
     Sigma's diagonal), while the covariance control removes it (Proposition 2: xi -> A);
@@ -172,7 +175,7 @@ def test_predicted_xi_is_propositions_1_and_2(sampler):
     model, mean, cov, _ = conjugate_regression()
     h = 1e-3 / np.sqrt(np.linalg.eigvalsh(np.linalg.inv(cov)).max())
     predicted = predicted_moments(sampler, model, mean, cov, h, 100)
-    sigma2 = 400 ** 2 / 100 * model.per_example_gradients(mean, slice(None)).to_dense().var(axis=0).mean()
+    sigma2 = 400**2 / 100 * model.per_example_gradients(mean, slice(None)).to_dense().var(axis=0).mean()
     shift = predicted.xi - 10.0
     if isinstance(sampler, SGNHT):
         assert shift == pytest.approx(h * sigma2 / 2, rel=0.1)
@@ -202,8 +205,17 @@ def test_sgnht_thermostat_settles_at_proposition_1_value(h, A):
     X = np.eye(K)[np.repeat(np.arange(K), per)]
     model = LinearRegressionModel(X, y, noise_precision=1.0, alpha=1e-3, fit_intercept=False)
     sigma2 = N * N / n / K
-    _, stats = sample(SGNHT(friction=A), model, np.arange(K, dtype=float), n_iter=30_000, n_burn=5000,
-                      batch_size=n, step_size=h, n_chains=4, thin=10)
+    _, stats = sample(
+        SGNHT(friction=A),
+        model,
+        np.arange(K, dtype=float),
+        n_iter=30_000,
+        n_burn=5000,
+        batch_size=n,
+        step_size=h,
+        n_chains=4,
+        thin=10,
+    )
     xi, kinetic = stats["xi"], stats["kinetic_temperature"]
     expected = A + h * sigma2 / 2
     assert abs(xi.mean() - expected) < 4 * mcse_mean(xi)
@@ -220,8 +232,7 @@ def test_normal_gamma_marginals(sampler):
     model = NormalGammaModel(np.random.default_rng(2015).normal(size=100))
     mu_post, gamma_post = model.posterior()
     start = [mu_post.mean(), gamma_post.mean()]
-    draws, _ = sample(sampler, model, start, n_iter=24_000, n_burn=4000, batch_size=10, step_size=1e-3,
-                      thin=5)
+    draws, _ = sample(sampler, model, start, n_iter=24_000, n_burn=4000, batch_size=10, step_size=1e-3, thin=5)
     assert_matches_gaussian(draws, [mu_post.mean(), gamma_post.mean()], [mu_post.std(), gamma_post.std()])
 
 
@@ -281,9 +292,19 @@ def test_auto_step_size_follows_curvature_scaling(cls, order):
 # -- hyperparameter validation ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [SGLD(step_size=0), SGLD(step_size=-1e-3), SGHMC(friction=0.0),
-                                 SGNHT(friction=-1), SGNHT(thermal_mass=0), SGLD(temperature=float("nan")),
-                                 SGHMC(noise_estimate="full"), SGLD(step_size="big")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        SGLD(step_size=0),
+        SGLD(step_size=-1e-3),
+        SGHMC(friction=0.0),
+        SGNHT(friction=-1),
+        SGNHT(thermal_mass=0),
+        SGLD(temperature=float("nan")),
+        SGHMC(noise_estimate="full"),
+        SGLD(step_size="big"),
+    ],
+)
 def test_bad_hyperparameters_raise(bad):
     with pytest.raises(ValueError, match=type(bad).__name__):
         get_sampler(bad)

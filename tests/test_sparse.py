@@ -12,11 +12,15 @@ RNG = np.random.default_rng(0)
 XD = RNG.normal(size=(300, 6)) * (RNG.random((300, 6)) < 0.3)
 
 
-@pytest.mark.parametrize("make", [
-    lambda X, y: LogisticModel(X, (y > 0).astype(float)),
-    lambda X, y: SoftmaxModel(X, (np.abs(y) * 2).astype(int) % 3, n_classes=3),
-    lambda X, y: LinearRegressionModel(X, y),
-], ids=["logistic", "softmax", "linear"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda X, y: LogisticModel(X, (y > 0).astype(float)),
+        lambda X, y: SoftmaxModel(X, (np.abs(y) * 2).astype(int) % 3, n_classes=3),
+        lambda X, y: LinearRegressionModel(X, y),
+    ],
+    ids=["logistic", "softmax", "linear"],
+)
 def test_sparse_operators_equal_dense(make):
     y = XD @ RNG.normal(size=6) + RNG.normal(size=300)
     dense, sparse = make(XD, y), make(sp.csr_matrix(XD), y)
@@ -24,13 +28,19 @@ def test_sparse_operators_equal_dense(make):
     v = RNG.normal(size=dense.n_params)
     idx = RNG.integers(0, 300, 40)
     a, b = dense.per_example_gradients(theta, idx), sparse.per_example_gradients(theta, idx)
-    for f in (lambda o: o.mean(), lambda o: o.matvec(v), lambda o: o.sum_of_squares(),
-              lambda o: o.rmatvec(np.arange(40.0))):
+    for f in (
+        lambda o: o.mean(),
+        lambda o: o.matvec(v),
+        lambda o: o.sum_of_squares(),
+        lambda o: o.rmatvec(np.arange(40.0)),
+    ):
         np.testing.assert_allclose(f(b), f(a), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(sparse.log_posterior_and_grad(theta)[1], dense.log_posterior_and_grad(theta)[1],
-                               rtol=1e-10)
-    np.testing.assert_allclose(sparse.predict_draws(theta[None], sp.csr_matrix(XD)),
-                               dense.predict_draws(theta[None], XD), rtol=1e-10)
+    np.testing.assert_allclose(
+        sparse.log_posterior_and_grad(theta)[1], dense.log_posterior_and_grad(theta)[1], rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        sparse.predict_draws(theta[None], sp.csr_matrix(XD)), dense.predict_draws(theta[None], XD), rtol=1e-10
+    )
 
 
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])

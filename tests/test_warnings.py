@@ -32,8 +32,7 @@ def test_one_warning_when_several_checks_fail(cancer):
     # temperature, R-hat and ESS checks all fail, and the user gets one warning whose first
     # sentence is the cause (the temperature), attributed to the caller's line.
     X, y = cancer
-    caught = _fit_recording(SGBayesLogisticRegression(sampler=SGHMC(step_size=0.1), n_iter=400, random_state=0),
-                            X, y)
+    caught = _fit_recording(SGBayesLogisticRegression(sampler=SGHMC(step_size=0.1), n_iter=400, random_state=0), X, y)
     assert len(caught) == 1, [str(w.message) for w in caught]
     w = caught[0]
     assert issubclass(w.category, GradientNoiseWarning) and issubclass(w.category, ConvergenceWarning)
@@ -61,12 +60,14 @@ def test_unscaled_features_are_named_as_the_cause_only_without_whitening(cancer)
     # badly: say standardise. Whitened, the chains are scale-free and the advice would be
     # wrong.
     X, y = cancer
-    raw = _fit_recording(SGBayesLogisticRegression(sampler=SGLD(step_size=0.01),
-                                                   n_iter=400, random_state=0), X, y)
+    raw = _fit_recording(SGBayesLogisticRegression(sampler=SGLD(step_size=0.01), n_iter=400, random_state=0), X, y)
     assert len(raw) == 1 and issubclass(raw[0].category, ConvergenceWarning)
     assert re.search(r"scales differ by a factor of [\d.e+]+: standardise", str(raw[0].message))
-    whitened = _fit_recording(SGBayesLogisticRegression(sampler=SGLD(step_size=1e-4, preconditioner="dense"), n_iter=400, random_state=0),
-                              X, y)
+    whitened = _fit_recording(
+        SGBayesLogisticRegression(sampler=SGLD(step_size=1e-4, preconditioner="dense"), n_iter=400, random_state=0),
+        X,
+        y,
+    )
     assert len(whitened) == 1 and "standardise" not in str(whitened[0].message)
     assert "step_size=0.0001 was set by hand" in str(whitened[0].message)
 

@@ -18,7 +18,7 @@ def largest_abs(X):
         return float(np.abs(X.data).max()) if X.nnz else 0.0
     out = 0.0
     for start in range(0, X.shape[0], 65536):
-        block = np.asarray(X[start:start + 65536])
+        block = np.asarray(X[start : start + 65536])
         if block.size:
             out = max(out, float(np.abs(block).max()))
     return out
@@ -38,11 +38,14 @@ def check_row_weights(sample_weight, n_samples):
     if not np.all(np.isfinite(w)):
         raise ValueError("sample_weight contains NaN or infinity; give finite weights.")
     if np.any(w < 0):
-        raise ValueError(f"sample_weight has negative values (smallest {w.min():.3g}); likelihood weights must "
-                         "be non-negative (use 0 to ignore a row).")
+        raise ValueError(
+            f"sample_weight has negative values (smallest {w.min():.3g}); likelihood weights must "
+            "be non-negative (use 0 to ignore a row)."
+        )
     if not np.any(w > 0):
-        raise ValueError("sample_weight is zero for every row, which leaves no data to fit; give at least one "
-                         "row a positive weight.")
+        raise ValueError(
+            "sample_weight is zero for every row, which leaves no data to fit; give at least one row a positive weight."
+        )
     if np.all(w == 1.0):
         return None
     return w
@@ -147,8 +150,9 @@ class Model:
         """
         from ._gradients import DifferencePerExampleGradients
 
-        return DifferencePerExampleGradients(self.per_example_gradients(theta, idx),
-                                             self.per_example_gradients(theta_hat, idx))
+        return DifferencePerExampleGradients(
+            self.per_example_gradients(theta, idx), self.per_example_gradients(theta_hat, idx)
+        )
 
     def log_likelihood_and_grad(self, theta, idx=None):
         """Sum of the log likelihood over rows ``idx`` (all rows if None) and its gradient."""
@@ -275,8 +279,11 @@ class Model:
         thetas, idx = as_paths(thetas, idx)
         theta0 = np.asarray(theta0, dtype=float)
         t0 = np.broadcast_to(theta0, thetas.shape)
-        return (self.loglik_grad_paths(thetas, idx) - self.loglik_grad_paths(t0, idx)
-                - self.loglik_hvp_paths(theta0, thetas - theta0, idx))
+        return (
+            self.loglik_grad_paths(thetas, idx)
+            - self.loglik_grad_paths(t0, idx)
+            - self.loglik_hvp_paths(theta0, thetas - theta0, idx)
+        )
 
     # -- dense curvature (formed once, at an expansion point) ----------------------------
     def loglik_hessian(self, theta, chunk=None):

@@ -152,8 +152,9 @@ class WhitenedModel(Model):
         return self.model.taylor_cache(self.to_theta(z0))
 
     def taylor_remainder_paths(self, zs, z0, idx, cache=None):
-        return self._right(self.model.taylor_remainder_paths(self.to_theta(np.atleast_2d(zs)), self.to_theta(z0),
-                                                             idx, cache))
+        return self._right(
+            self.model.taylor_remainder_paths(self.to_theta(np.atleast_2d(zs)), self.to_theta(z0), idx, cache)
+        )
 
     def loglik_hessian(self, z, chunk=None):
         return self._congruent(self.model.loglik_hessian(self.to_theta(z), chunk))

@@ -298,8 +298,20 @@ class DRBMModel(Model):
     _data_attributes = ("X", "y", "sample_weight")
     _supports_sample_weight = True
 
-    def __init__(self, X, y, *, n_classes, n_hidden=100, alpha=1.0, fit_intercept=True, init_scale=0.1,
-                 operator_dtype="float32", dtype="float64", random_state=None):
+    def __init__(
+        self,
+        X,
+        y,
+        *,
+        n_classes,
+        n_hidden=100,
+        alpha=1.0,
+        fit_intercept=True,
+        init_scale=0.1,
+        operator_dtype="float32",
+        dtype="float64",
+        random_state=None,
+    ):
         self.X = _as_csr(X)
         self.y = class_codes(y)  # used only as indices: uint8 codes serve as they are
         self.n_classes = int(n_classes)
@@ -512,8 +524,9 @@ class DRBMModel(Model):
         total = 0.0
         for s in range(0, X.shape[0], _OUTER_ROWS):
             Xb = X[s : s + _OUTER_ROWS]
-            ll, a, r, A_sum = self._batch(theta, Xb, y[s : s + _OUTER_ROWS],
-                                          w=None if w is None else w[s : s + _OUTER_ROWS])
+            ll, a, r, A_sum = self._batch(
+                theta, Xb, y[s : s + _OUTER_ROWS], w=None if w is None else w[s : s + _OUTER_ROWS]
+            )
             total += float(ll.sum())
             gW += _xt_dot(Xb, a)
             gU += A_sum

@@ -114,7 +114,8 @@ def prior_precisions(alpha, alpha_intercept, n_features, n_outputs, fit_intercep
         raise ValueError(
             f"alpha has shape {a.shape}; expected a float (one prior precision for every weight) or an array "
             f"of shape {shapes}: one precision per feature{' (and class)' if K > 1 else ''}, 1 / s_j^2 for a "
-            "prior sd s_j.")
+            "prior sd s_j."
+        )
     if not (np.all(np.isfinite(a)) and np.all(a > 0)):
         raise ValueError(f"alpha must hold positive, finite prior precisions; got {alpha!r}.")
     b = a if alpha_intercept is None else alpha_intercept
@@ -144,8 +145,16 @@ def _weigh(w, R, extra=None):
 
 
 class _GLM(Model):
-    _data_attributes = ("X", "y", "_row_sq_cache", "_row_weight_cache", "_centre_cache", "_narrow_X", "_ell_X",
-                        "sample_weight")
+    _data_attributes = (
+        "X",
+        "y",
+        "_row_sq_cache",
+        "_row_weight_cache",
+        "_centre_cache",
+        "_narrow_X",
+        "_ell_X",
+        "sample_weight",
+    )
     _supports_sample_weight = True
     _row_sq_cache = None
     _row_weight_cache = None
@@ -176,7 +185,8 @@ class _GLM(Model):
         K = n_outputs
         self.n_params = self.n_features * K + (K if fit_intercept else 0) + self._n_extra
         self.alpha, self.alpha_intercept, self.prior_precision = prior_precisions(
-            alpha, alpha_intercept, self.n_features, K, self.fit_intercept)
+            alpha, alpha_intercept, self.n_features, K, self.fit_intercept
+        )
         # Decided here, on the caller's X: in joblib's process workers X arrives memory-mapped
         # whatever it was, and they should cache as the caller would (see _row_sq_norms).
         self._cache_row_norms = not _memory_mapped(X)
@@ -274,8 +284,11 @@ class _GLM(Model):
                 if isinstance(idx, slice):  # an epochs block: views, no copy
                     X, y = EllRows(cols[idx], None if vals is None else vals[idx], self.n_features), self.y[idx]
                 else:
-                    X = EllRows(np.take(cols, idx, axis=0), None if vals is None else np.take(vals, idx, axis=0),
-                                self.n_features)
+                    X = EllRows(
+                        np.take(cols, idx, axis=0),
+                        None if vals is None else np.take(vals, idx, axis=0),
+                        self.n_features,
+                    )
                     y = np.take(self.y, idx, axis=0)
                 return X, y.astype(self._y_dtype, copy=False)
         return self._rows(idx)
@@ -410,7 +423,8 @@ class _GLM(Model):
         out = np.empty(self.n_samples)
         for rows in self._block_slices():
             out[slice(None) if rows is None else rows] = row_sq_norms(
-                self.X if rows is None else _row_block(self.X, rows))
+                self.X if rows is None else _row_block(self.X, rows)
+            )
         return out
 
     def _block_rows(self):
@@ -464,7 +478,7 @@ class _GLM(Model):
                 neg = self._negative_precision = np.concatenate([-prec, np.zeros(self._n_extra)])
             grad = theta * neg
         if self._n_extra:
-            grad[..., -self._n_extra:] = 0.0
+            grad[..., -self._n_extra :] = 0.0
         return grad
 
     # -- likelihood -------------------------------------------------------------------
@@ -484,8 +498,9 @@ class _GLM(Model):
     def per_example_gradients(self, theta, idx):
         X, y = self._minibatch_rows(idx)
         R, extra = _weigh(self._weights_of(idx), *self._gradient_terms(theta, X, y))
-        return LinearPerExampleGradients(X, R, self.fit_intercept, extra,
-                                         row_sq_norms=lambda: self._row_sq_norms(idx, X))
+        return LinearPerExampleGradients(
+            X, R, self.fit_intercept, extra, row_sq_norms=lambda: self._row_sq_norms(idx, X)
+        )
 
     def per_example_gradient_differences(self, theta, theta_hat, idx):
         """``g_i(theta) - g_i(theta_hat)`` for the rows ``idx``, as one operator.
@@ -502,8 +517,9 @@ class _GLM(Model):
             extra -= extra_hat
         # The centre's terms are cached unweighted; the weights scale the difference.
         R, extra = _weigh(self._weights_of(idx), R, extra)
-        return LinearPerExampleGradients(X, R, self.fit_intercept, extra,
-                                         row_sq_norms=lambda: self._row_sq_norms(idx, X))
+        return LinearPerExampleGradients(
+            X, R, self.fit_intercept, extra, row_sq_norms=lambda: self._row_sq_norms(idx, X)
+        )
 
     def _centre_terms(self, theta_hat, idx, X, y):
         """:meth:`_gradient_terms` at the control variate's centre ``theta_hat`` for the rows ``idx``.
@@ -708,7 +724,7 @@ class _GLM(Model):
                 if sw is not None:
                     Wk *= sw[:, None]
                 for l in range(k, K):
-                    A = Xt.T @ (Xt * Wk[:, l:l + 1])
+                    A = Xt.T @ (Xt * Wk[:, l : l + 1])
                     H4[:, l, :, k] += A
                     if l != k:
                         H4[:, k, :, l] += A.T
@@ -726,7 +742,7 @@ class _GLM(Model):
             X2 = X.multiply(X) if sp.issparse(X) else X * X
             diag[: D * K] += np.asarray(X2.T @ W).ravel()
             if self.fit_intercept:
-                diag[D * K: D * K + K] += W.sum(axis=0)
+                diag[D * K : D * K + K] += W.sum(axis=0)
         diag[:n_w] += self.prior_precision
         for j in range(n_w, P):
             e = np.zeros(P)
@@ -807,8 +823,9 @@ class _GLM(Model):
         R, E = self._path_gradient_terms(thetas, Z, yb)
         # The predictor is linear in theta: the direction theta - theta0 moves it by Z - Z0.
         n_w = self.n_params - self._n_extra
-        S, Se = self._apply_curvature(np.broadcast_to(theta0, thetas.shape), C0_all[idx], Z - Z0_all[idx],
-                                      (thetas - theta0)[:, n_w:])
+        S, Se = self._apply_curvature(
+            np.broadcast_to(theta0, thetas.shape), C0_all[idx], Z - Z0_all[idx], (thetas - theta0)[:, n_w:]
+        )
         R -= R0_all[idx]
         R -= S
         E = None if E is None else E - E0_all[idx] - Se
@@ -882,8 +899,7 @@ class LogisticModel(_GLM):
         if y is not None:
             y = np.asarray(y)
             y = y if y.dtype.kind in "biu" else y.astype(np.float64)
-        super().__init__(X, y, alpha=alpha, fit_intercept=fit_intercept, n_outputs=1,
-                         alpha_intercept=alpha_intercept)
+        super().__init__(X, y, alpha=alpha, fit_intercept=fit_intercept, n_outputs=1, alpha_intercept=alpha_intercept)
 
     def _residuals(self, Z, y):
         return (y - expit(Z[:, 0]))[:, None]
@@ -974,8 +990,14 @@ class SoftmaxModel(_GLM):
     _y_dtype = np.intp
 
     def __init__(self, X, y, *, n_classes, alpha=1.0, fit_intercept=True, alpha_intercept=None):
-        super().__init__(X, class_codes(y), alpha=alpha, fit_intercept=fit_intercept, n_outputs=int(n_classes),
-                         alpha_intercept=alpha_intercept)
+        super().__init__(
+            X,
+            class_codes(y),
+            alpha=alpha,
+            fit_intercept=fit_intercept,
+            n_outputs=int(n_classes),
+            alpha_intercept=alpha_intercept,
+        )
 
     def _residuals(self, Z, y):
         R = -softmax(Z, axis=1)
@@ -1037,14 +1059,30 @@ class LinearRegressionModel(_GLM):
         Gamma prior on ``tau`` (shape, rate), as ``BayesianRidge``'s ``alpha_1, alpha_2``.
     """
 
-    def __init__(self, X, y, *, alpha=1.0, fit_intercept=True, noise_precision=None,
-                 noise_prior_shape=1e-6, noise_prior_rate=1e-6, alpha_intercept=None):
+    def __init__(
+        self,
+        X,
+        y,
+        *,
+        alpha=1.0,
+        fit_intercept=True,
+        noise_precision=None,
+        noise_prior_shape=1e-6,
+        noise_prior_rate=1e-6,
+        alpha_intercept=None,
+    ):
         self.noise_precision = None if noise_precision is None else float(noise_precision)
         self.noise_prior_shape = float(noise_prior_shape)
         self.noise_prior_rate = float(noise_prior_rate)
         self._n_extra = 0 if noise_precision is not None else 1
-        super().__init__(X, None if y is None else np.asarray(y, dtype=float), alpha=alpha,
-                         fit_intercept=fit_intercept, n_outputs=1, alpha_intercept=alpha_intercept)
+        super().__init__(
+            X,
+            None if y is None else np.asarray(y, dtype=float),
+            alpha=alpha,
+            fit_intercept=fit_intercept,
+            n_outputs=1,
+            alpha_intercept=alpha_intercept,
+        )
 
     def _extra_names(self):
         return ["log_noise_precision"] if self.noise_precision is None else []

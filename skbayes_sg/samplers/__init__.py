@@ -11,8 +11,19 @@ Estimators accept an instance or its lower-case class name (``sampler="sgnht"``)
 from sklearn.base import clone
 
 from ._base import BaseSampler
-from ._state import (CCAdLState, GadState, MCCAdLState, MetropolisInfo, MomentumInfo, MomentumState, NoInfo,
-                     SamplerState, SGHMCState, ThermostatInfo, ThermostatState)
+from ._state import (
+    CCAdLState,
+    GadState,
+    MCCAdLState,
+    MetropolisInfo,
+    MomentumInfo,
+    MomentumState,
+    NoInfo,
+    SamplerState,
+    SGHMCState,
+    ThermostatInfo,
+    ThermostatState,
+)
 from ._step_size import FitContext
 from .ccadl import CCAdL
 from .gadmala import GadMALA, GadRWM
@@ -22,10 +33,32 @@ from .sghmc import SGHMC
 from .sgld import SGLD
 from .sgnht import SGNHT
 
-__all__ = ["BaseSampler", "FitContext", "SamplerState", "MomentumState", "SGHMCState", "ThermostatState",
-           "CCAdLState", "MCCAdLState", "GadState", "NoInfo", "MomentumInfo", "ThermostatInfo", "MetropolisInfo",
-           "SGLD", "SGHMC", "SGNHT", "CCAdL", "MCCAdL", "GadMALA", "GadRWM",
-           "MLSGLD", "get_sampler", "register", "SAMPLERS"]
+__all__ = [
+    "BaseSampler",
+    "FitContext",
+    "SamplerState",
+    "MomentumState",
+    "SGHMCState",
+    "ThermostatState",
+    "CCAdLState",
+    "MCCAdLState",
+    "GadState",
+    "NoInfo",
+    "MomentumInfo",
+    "ThermostatInfo",
+    "MetropolisInfo",
+    "SGLD",
+    "SGHMC",
+    "SGNHT",
+    "CCAdL",
+    "MCCAdL",
+    "GadMALA",
+    "GadRWM",
+    "MLSGLD",
+    "get_sampler",
+    "register",
+    "SAMPLERS",
+]
 
 #: Sampler classes by the name an estimator's ``sampler`` parameter accepts.
 SAMPLERS = {cls.__name__.lower(): cls for cls in (SGLD, SGHMC, SGNHT, CCAdL, MCCAdL, GadMALA, GadRWM, MLSGLD)}

@@ -10,7 +10,6 @@ from ..preconditioning import PRECONDITIONERS
 from ._state import MomentumState, NoInfo, SamplerState, ThermostatInfo, ThermostatState
 from ._step_size import largest_curvature
 
-
 #: Largest ``h A`` the auto step gives the schemes with an Euler friction step, which
 #: multiplies p by 1 - h A (h xi for a thermostat, which fluctuates above A): it must stay
 #: well inside (0, 1), which a curvature-only rule no longer guarantees once whitening makes
@@ -89,8 +88,9 @@ class BaseSampler(BaseEstimator):
             (scikit-learn's ``InvalidParameterError``) naming the sampler, the bad
             hyperparameter and its allowed values.
         """
-        validate_parameter_constraints(self._parameter_constraints, self.get_params(deep=False),
-                                       caller_name=type(self).__name__)
+        validate_parameter_constraints(
+            self._parameter_constraints, self.get_params(deep=False), caller_name=type(self).__name__
+        )
 
     # -- step size --------------------------------------------------------------------
     def predicted_noise_error(self, h, sigma_max):
@@ -193,14 +193,17 @@ class BaseSampler(BaseEstimator):
         """
         if context is None:
             if isinstance(self.step_size, str):
-                raise ValueError(f"{type(self).__name__}(step_size={self.step_size!r}) resolves its step size from "
-                                 "the posterior: pass context=FitContext(model) to init_state, or give an explicit "
-                                 "step_size.")
+                raise ValueError(
+                    f"{type(self).__name__}(step_size={self.step_size!r}) resolves its step size from "
+                    "the posterior: pass context=FitContext(model) to init_state, or give an explicit "
+                    "step_size."
+                )
             return float(self.step_size)
         if context.step is None:
             at = context.curvature_at if context.curvature_at is not None else theta0
-            context.step = self.resolve_step_size(context.model, at, context.sigma_max,
-                                                  lambda_max=context.lambda_max, scale=context.scale)
+            context.step = self.resolve_step_size(
+                context.model, at, context.sigma_max, lambda_max=context.lambda_max, scale=context.scale
+            )
         return context.step[0]
 
     # -- transition ---------------------------------------------------------------------

@@ -547,8 +547,9 @@ def _compact_costs(grads):
     return rows, build, 2.0 * P * P
 
 
-def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety=1.25, cache=None,
-           refresh=8, method="auto"):
+def c_step(
+    p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety=1.25, cache=None, refresh=8, method="auto"
+):
     """The C step ``p <- exp(t Sigma~) p`` with ``Sigma~ = -scale Sigma`` (mCCAdL eq. 17).
 
     For mCCAdL ``t = h`` and ``scale = (h/2) beta``; ``Sigma = noise_scale V`` of the
@@ -602,8 +603,9 @@ def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety
     if isinstance(grads, NoiseCovariance):
         # Built by the caller and reused over several C steps; rescaled if built for another
         # scale (the same Sigma, damped more or less).
-        cov = grads if grads.coef == -scale and grads.noise_scale == noise_scale \
-            else grads.rescaled(-scale, noise_scale)
+        cov = (
+            grads if grads.coef == -scale and grads.noise_scale == noise_scale else grads.rescaled(-scale, noise_scale)
+        )
     else:
         cov = NoiseCovariance(grads, noise_scale, -scale)
     tr = -cov.trace()  # tr(scale * Sigma) >= 0
@@ -650,4 +652,3 @@ def c_step(p, grads, noise_scale, t, scale, tol=DEFAULT_TOL, eigvec=None, safety
 #: ``method="auto"`` switches from the Taylor series to Lanczos when the series would need
 #: more products than this.
 LANCZOS_FROM = 12
-

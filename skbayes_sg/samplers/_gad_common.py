@@ -250,8 +250,7 @@ class GadSampler(BaseSampler):
             return None, 0.1 / math.sqrt(n_params)
         if self.init_scale == "map":
             kind = "diag" if self.cholesky == "diag" else resolve_preconditioner("auto", n_params)
-            if (kind == "diag" and n_params > preconditioning.MAX_DENSE_PARAMS
-                    and not _has_closed_form_diagonal(model)):
+            if kind == "diag" and n_params > preconditioning.MAX_DENSE_PARAMS and not _has_closed_form_diagonal(model):
                 # Model's default diagonal stacks P Hessian-vector products into a dense (P, P)
                 # Hessian: for a DRBM of thousands of weights that is hours of full-data passes
                 # and hundreds of MB per chain. The isotropic start of "auto" needs a few dozen.
@@ -259,8 +258,10 @@ class GadSampler(BaseSampler):
             try:
                 L0 = curvature_factor(model, theta, kind)
             except ValueError as err:
-                raise ValueError(f"{type(self).__name__}(init_scale='map'): the curvature at the chain's start is "
-                                 "not finite; start elsewhere (init), or use init_scale='auto' or None.") from err
+                raise ValueError(
+                    f"{type(self).__name__}(init_scale='map'): the curvature at the chain's start is "
+                    "not finite; start elsewhere (init), or use init_scale='auto' or None."
+                ) from err
             scale = self._optimal_scale(n_params)
             if L0.ndim == 1:
                 # A diagonal L0 whitens the scales but leaves the correlations: in z =
@@ -307,9 +308,11 @@ class GadSampler(BaseSampler):
         if fixed is None:
             model = None if context is None else context.model
             if model is None and isinstance(self.init_scale, str):
-                raise ValueError(f"{type(self).__name__}(init_scale={self.init_scale!r}).init_state needs the "
-                                 "posterior's curvature: pass context=FitContext(model), or "
-                                 "FitContext(initial_factor=sampler.fix_initial_factor(model, theta)).")
+                raise ValueError(
+                    f"{type(self).__name__}(init_scale={self.init_scale!r}).init_state needs the "
+                    "posterior's curvature: pass context=FitContext(model), or "
+                    "FitContext(initial_factor=sampler.fix_initial_factor(model, theta))."
+                )
             fixed = self.initial_factor(n, model, theta)
         L0, scale = fixed
         full = self.cholesky == "full"
@@ -317,14 +320,26 @@ class GadSampler(BaseSampler):
         log_p, grad = grad_estimator.log_posterior_and_grad(theta)
         grad = np.array(grad, dtype=float)
         state = GadState(
-            theta=theta, L=L, L0=L0, beta=1.0, G=np.zeros_like(L), n_rms=0,
-            diag_floor=_DIAG_FLOOR_FRACTION * scale, log_p=float(log_p), grad=grad,
+            theta=theta,
+            L=L,
+            L0=L0,
+            beta=1.0,
+            G=np.zeros_like(L),
+            n_rms=0,
+            diag_floor=_DIAG_FLOOR_FRACTION * scale,
+            log_p=float(log_p),
+            grad=grad,
             # The gradient in the coordinates M acts in, L0' grad log pi(x).
-            w=factor_tmul(L0, grad), adapting=True,
+            w=factor_tmul(L0, grad),
+            adapting=True,
             # Randomness of the next iterations, drawn by blocks (_noise); empty until the first.
-            noise=np.empty((0, n)), noise_i=0,
+            noise=np.empty((0, n)),
+            noise_i=0,
             # Work arrays of the adaptation, allocated once per chain.
-            buf=np.empty_like(L), tmp=np.empty_like(L), tril=np.tri(n) if full else None)
+            buf=np.empty_like(L),
+            tmp=np.empty_like(L),
+            tril=np.tri(n) if full else None,
+        )
         self._refresh_cache(state)
         return state
 
@@ -465,5 +480,7 @@ class GadSampler(BaseSampler):
         else:
             state.n_steps += 1
             state.n_accepted += accepted
-        return MetropolisInfo(1.0 if accepted else 0.0,
-                              1.0 if log_ratio >= 0.0 else math.exp(log_ratio) if log_ratio == log_ratio else 0.0)
+        return MetropolisInfo(
+            1.0 if accepted else 0.0,
+            1.0 if log_ratio >= 0.0 else math.exp(log_ratio) if log_ratio == log_ratio else 0.0,
+        )

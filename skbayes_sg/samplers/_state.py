@@ -125,10 +125,12 @@ class MCCAdLState(ThermostatState):
         n = max(self.n_steps, 1)
         lanczos = (self.sigma_norm_cache or {}).get("n_lanczos", 0)
         # Which of the C step's two methods the chain used: Taylor below LANCZOS_FROM products.
-        return {"c_step_products_per_iter": self.c_products / n,
-                "c_step_lanczos_fraction": lanczos / n,
-                # How many iterations each independent Sigma minibatch served (sigma_refresh).
-                "sigma_minibatches_per_iter": self.sigma_minibatches / n}
+        return {
+            "c_step_products_per_iter": self.c_products / n,
+            "c_step_lanczos_fraction": lanczos / n,
+            # How many iterations each independent Sigma minibatch served (sigma_refresh).
+            "sigma_minibatches_per_iter": self.sigma_minibatches / n,
+        }
 
 
 @dataclass

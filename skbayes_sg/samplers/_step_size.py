@@ -111,8 +111,7 @@ def largest_curvature(model, theta, tol=1e-3, maxiter=None):
         H = np.column_stack([model.hessian_vector_product(theta, e) for e in np.eye(P)])
         lam = np.linalg.eigvalsh(0.5 * (H + H.T))
         return max(float(np.abs(lam).max()), 1e-12)
-    op = LinearOperator((P, P), matvec=lambda v: model.hessian_vector_product(theta, np.ravel(v)),
-                        dtype=float)
+    op = LinearOperator((P, P), matvec=lambda v: model.hessian_vector_product(theta, np.ravel(v)), dtype=float)
     # A fixed start vector keeps fits reproducible.
     v0 = np.random.default_rng(0).standard_normal(P)
     try:
@@ -122,8 +121,10 @@ def largest_curvature(model, theta, tol=1e-3, maxiter=None):
             raise
         lam = err.eigenvalues[0]
     if not np.isfinite(lam):
-        raise ValueError("step_size='auto': the curvature of the log posterior at the initial point is not "
-                         "finite; give an explicit step_size or a different init.")
+        raise ValueError(
+            "step_size='auto': the curvature of the log posterior at the initial point is not "
+            "finite; give an explicit step_size or a different init."
+        )
     return max(abs(float(lam)), 1e-12)
 
 
@@ -150,8 +151,10 @@ def largest_noise_eigenvalue(grads, noise_scale, n_iter=50):
     with np.errstate(over="ignore", invalid="ignore"):
         lam, _ = cov.largest_eigenvalue(v, n_iter=n_iter, rtol=1e-3)
     if not np.isfinite(lam):
-        raise ValueError("step_size='auto': the minibatch gradients at the initial point are not finite; "
-                         "standardise the features or give an explicit step_size.")
+        raise ValueError(
+            "step_size='auto': the minibatch gradients at the initial point are not finite; "
+            "standardise the features or give an explicit step_size."
+        )
     return float(lam)
 
 
@@ -180,8 +183,10 @@ def multilevel_step_and_horizon(H_post, step_size="auto", horizon="auto"):
         if horizon != "auto":
             raise ValueError(f"horizon must be a positive int or 'auto'; got {horizon!r}.")
         if lam_min <= 0:
-            raise ValueError("horizon='auto' needs a log posterior that is strictly concave at theta0 "
-                             "(start from the MAP), or give horizon explicitly.")
+            raise ValueError(
+                "horizon='auto' needs a log posterior that is strictly concave at theta0 "
+                "(start from the MAP), or give horizon explicitly."
+            )
         horizon = max(5, math.ceil(1.0 / (step_size * lam_min)))
         if horizon > MAX_AUTO_HORIZON:
             # m = 4 lam_max / lam_min at the auto step: a near-flat direction (duplicated or
@@ -190,5 +195,6 @@ def multilevel_step_and_horizon(H_post, step_size="auto", horizon="auto"):
                 f"horizon='auto' would run {horizon:.3g} steps per path: the log posterior at theta0 is "
                 f"ill-conditioned (curvatures from {lam_min:.3g} to {lam_max:.3g}). Standardise the features and "
                 "drop duplicated or constant ones, increase alpha, give horizon explicitly, or use a "
-                "single-level sampler.")
+                "single-level sampler."
+            )
     return step_size, horizon, lam_max, lam_min

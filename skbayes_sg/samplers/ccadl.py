@@ -90,8 +90,15 @@ class CCAdL(ThermostatSampler):
         "preconditioner": [StrOptions(set(PRECONDITIONERS))],
     }
 
-    def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, covariance="auto",
-                 temperature=1.0, preconditioner="auto"):
+    def __init__(
+        self,
+        step_size="auto",
+        friction=1.0,
+        thermal_mass=None,
+        covariance="auto",
+        temperature=1.0,
+        preconditioner="auto",
+    ):
         self.preconditioner = preconditioner
         self.step_size = step_size
         self.friction = friction
@@ -162,4 +169,3 @@ def _empirical_covariance(grads):
     G = grads.to_dense()
     Gc = G - G.mean(axis=0)
     return Gc.T @ Gc / (n - 1)
-

@@ -117,8 +117,7 @@ class GadMALA(GadSampler):
     >>> clf = SGBayesLogisticRegression(sampler=GadMALA(), batch_size=None)
     """
 
-    def __init__(self, target_accept=0.55, learning_rate=1.5e-4, cholesky="full", init_scale="map",
-                 beta_rate=0.02):
+    def __init__(self, target_accept=0.55, learning_rate=1.5e-4, cholesky="full", init_scale="map", beta_rate=0.02):
         self.target_accept = target_accept
         self.learning_rate = learning_rate
         self.cholesky = cholesky
@@ -290,8 +289,7 @@ class GadRWM(GadSampler):
     >>> reg = SGBayesLinearRegression(sampler=GadRWM(), batch_size=None)
     """
 
-    def __init__(self, target_accept=0.25, learning_rate=5e-5, cholesky="full", init_scale="map",
-                 beta_rate=0.02):
+    def __init__(self, target_accept=0.25, learning_rate=5e-5, cholesky="full", init_scale="map", beta_rate=0.02):
         self.target_accept = target_accept
         self.learning_rate = learning_rate
         self.cholesky = cholesky

@@ -202,9 +202,18 @@ class MCCAdL(ThermostatSampler):
         "preconditioner": [StrOptions(set(PRECONDITIONERS))],
     }
 
-    def __init__(self, step_size="auto", friction=1.0, thermal_mass=None, temperature=1.0,
-                 expm_tol=DEFAULT_TOL, expm_method="auto", sigma_estimate="auto", sigma_refresh="auto",
-                 preconditioner="auto"):
+    def __init__(
+        self,
+        step_size="auto",
+        friction=1.0,
+        thermal_mass=None,
+        temperature=1.0,
+        expm_tol=DEFAULT_TOL,
+        expm_method="auto",
+        sigma_estimate="auto",
+        sigma_refresh="auto",
+        preconditioner="auto",
+    ):
         self.preconditioner = preconditioner
         self.step_size = step_size
         self.friction = friction
@@ -251,12 +260,15 @@ class MCCAdL(ThermostatSampler):
             if state.sigma_period == 1 and self.sigma_refresh in ("auto", 1):
                 # Every iteration (control variates with an independent Sigma): no bookkeeping.
                 state.sigma_minibatches += 1
-                return NoiseCovariance(grad_estimator.noise_gradients(theta, rng), grad_estimator.noise_scale,
-                                       -scale)
+                return NoiseCovariance(grad_estimator.noise_gradients(theta, rng), grad_estimator.noise_scale, -scale)
             cov = state.sigma_cov
             age = state.sigma_age
-            if cov is None or age >= state.sigma_period or cov.coef != -scale \
-                    or cov.noise_scale != grad_estimator.noise_scale:
+            if (
+                cov is None
+                or age >= state.sigma_period
+                or cov.coef != -scale
+                or cov.noise_scale != grad_estimator.noise_scale
+            ):
                 new = NoiseCovariance(grad_estimator.noise_gradients(theta, rng), grad_estimator.noise_scale, -scale)
                 state.sigma_minibatches += 1
                 age = 0
@@ -264,8 +276,12 @@ class MCCAdL(ThermostatSampler):
                 # Products this covariance will serve, from the chain's own count so far.
                 per_iter = max(state.c_products / max(state.n_steps, 1), 1.0)
                 if period > 1 and self.expm_method == "auto" and new.compact(period * per_iter):
-                    if cov is not None and cov.is_compact and cov.coef == new.coef \
-                            and cov.noise_scale == new.noise_scale:
+                    if (
+                        cov is not None
+                        and cov.is_compact
+                        and cov.coef == new.coef
+                        and cov.noise_scale == new.noise_scale
+                    ):
                         # A running average over the last SIGMA_WINDOW minibatches (a mean of
                         # all of them until there are that many): see sigma_refresh.
                         j = state.sigma_batches = state.sigma_batches + 1
@@ -305,9 +321,17 @@ class MCCAdL(ThermostatSampler):
             # Sigma~ = -(h/2) beta Sigma over a time h (eq. 17).
             if state.sigma_eigvec is None:
                 state.sigma_eigvec, state.sigma_norm_cache = np.zeros_like(theta), {}
-            p, n_prod = c_step(p, self._sigma_gradients(state, grad_estimator, theta, rng, half / T), noise_scale, h,
-                               half / T, self.expm_tol, state.sigma_eigvec, cache=state.sigma_norm_cache,
-                               method=self.expm_method)
+            p, n_prod = c_step(
+                p,
+                self._sigma_gradients(state, grad_estimator, theta, rng, half / T),
+                noise_scale,
+                h,
+                half / T,
+                self.expm_tol,
+                state.sigma_eigvec,
+                cache=state.sigma_norm_cache,
+                method=self.expm_method,
+            )
             state.c_products += n_prod
         pp = float(p @ p)
         kinetic += pp
