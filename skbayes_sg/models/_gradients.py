@@ -286,6 +286,23 @@ class LinearPerExampleGradients(PerExampleGradients):
         # concatenation and np.mean's overhead were a visible share of a small model's step.
         n = self.n_batch
         D, K = self._shape
+        X = self.X
+        if K == 1 and self.fit_intercept and self.extra is None and type(X) is EllRows:
+            # The hot path of a sparse one-output GLM step: the CSC kernel accumulates X.T @ r
+            # straight into the mean's zeroed vector, whose last slot (the kernel's phantom
+            # column) then takes the intercept's sum; no X.T operator, copy or slice per step.
+            out = np.zeros(D + 1)
+            r = self._r
+            _csc_matvec(
+                D + 1,
+                n,
+                *X._arrays(),
+                r if r.flags.c_contiguous and r.dtype == np.float64 else np.ascontiguousarray(r, dtype=np.float64),
+                out,
+            )
+            out[D] = np.add.reduce(r)
+            out /= n
+            return out
         out = np.empty(self.n_params)
         if K == 1:
             # A matrix-vector product (gemv) rather than a one-column gemm.
