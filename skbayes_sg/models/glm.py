@@ -471,7 +471,8 @@ class _GLM(Model):
         """Gradient of the log prior: ``-prior_precision * w`` on the weights and intercepts
         (of ``theta`` (P,) or of each row of a stack (M, P))."""
         prec = self.prior_precision
-        if np.ndim(prec) == 0:
+        # The float test first: np.ndim costs half a microsecond, and this runs every step.
+        if isinstance(prec, float) or np.ndim(prec) == 0:
             grad = theta * -prec
         else:
             # One multiply, as the scalar's: the force of every iteration includes it.
