@@ -51,7 +51,6 @@ import json
 import pstats
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -59,12 +58,13 @@ from threadpoolctl import threadpool_limits
 
 import skbayes_sg.samplers._expmv as expmv_mod
 import skbayes_sg.samplers.mccadl as mccadl_mod
-from skbayes_sg import SGBayesLogisticRegression
-from skbayes_sg._chains import ChainRunner
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LogisticModel
 from skbayes_sg.samplers import SGHMC, FitContext, MCCAdL
 from skbayes_sg.samplers._expmv import NoiseCovariance
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _default_chain import default_chain  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -140,30 +140,8 @@ def default_setting(X, y, model, sigma_estimate="independent"):
     """(SGHMC, mCCAdL) chains in the default fit's geometry, noise model and auto steps."""
     chains = {}
     for name, make in (("SGHMC", SGHMC), ("MCCAdL", lambda: MCCAdL(sigma_estimate=sigma_estimate))):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a 20-iteration fit does not converge, by design
-            est = SGBayesLogisticRegression(
-                sampler=make(), n_iter=20, n_chains=1, random_state=0, batch_size=BATCH
-            ).fit(X, y)
-        geometry = est._geometry
-        chain_model = geometry.chain_model(model)
-        h = est.diagnostics_["step_size"]
-        start = np.random.default_rng(1).standard_normal(model.n_params)  # a Laplace draw, as fits start
-        runner = ChainRunner(
-            est._sampler,
-            chain_model,
-            start,
-            10**9,
-            0,
-            10**6,
-            10,
-            BATCH,
-            "replacement",
-            np.random.SeedSequence(0),
-            FitContext(step=(h, {})),
-            geometry.control_variate(chain_model),
-        )
-        chains[name] = (est._sampler, runner.state, runner.grad_estimator, runner.rng, h)
+        runner, _, h = default_chain(X, y, model, make(), BATCH)
+        chains[name] = (runner.sampler, runner.state, runner.grad_estimator, runner.rng, h)
     return chains
 
 

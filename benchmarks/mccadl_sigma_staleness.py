@@ -20,16 +20,17 @@ Usage: ``python benchmarks/mccadl_sigma_staleness.py``
 
 import json
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg._chains import ChainRunner
 from skbayes_sg.models import LogisticModel
 from skbayes_sg.samplers import FitContext, MCCAdL
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _default_chain import default_chain  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -74,29 +75,7 @@ def main():
     rows_rng = np.random.default_rng(5)
     out = []
     with threadpool_limits(limits=1, user_api="blas"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a 20-iteration fit does not converge, by design
-            est = SGBayesLogisticRegression(
-                sampler=MCCAdL(), n_iter=20, n_chains=1, random_state=0, batch_size=500
-            ).fit(X, y)
-        geometry = est._geometry
-        chain_model = geometry.chain_model(model)
-        h = est.diagnostics_["step_size"]
-        start = np.random.default_rng(1).standard_normal(model.n_params)
-        runner = ChainRunner(
-            est._sampler,
-            chain_model,
-            start,
-            10**9,
-            0,
-            10**6,
-            10,
-            500,
-            "replacement",
-            np.random.SeedSequence(0),
-            FitContext(step=(h, {})),
-            geometry.control_variate(chain_model),
-        )
+        runner, _, h = default_chain(X, y, model, MCCAdL(), 500)
         rows = runner.grad_estimator._rows_dist.draw(rows_rng, ROWS)
         out.append({"setting": "default", "h": h, "batch": 500, **changes(runner, rows)})
         print(json.dumps(out[-1]), flush=True)

@@ -38,19 +38,17 @@ import pstats
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from skbayes_sg import SGBayesLogisticRegression
-from skbayes_sg._chains import ChainRunner
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LogisticModel
 from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, FitContext, MCCAdL
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _default_chain import default_chain  # noqa: E402
 from mccadl_sigma_source import SmallSigmaMCCAdL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,30 +137,7 @@ def default_chains(X, y, model, batch):
     """One chain per sampler in the geometry and at the step size a default fit uses."""
     chains = {}
     for name, make in DEFAULT_SAMPLERS.items():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a 20-iteration fit does not converge, by design
-            est = SGBayesLogisticRegression(
-                sampler=make(), n_iter=20, n_chains=1, random_state=0, batch_size=batch
-            ).fit(X, y)
-        geometry = est._geometry
-        chain_model = geometry.chain_model(model)
-        n, h = est.diagnostics_["batch_size"], est.diagnostics_["step_size"]
-        start = np.random.default_rng(1).standard_normal(model.n_params)  # a Laplace draw, as fits start
-        runner = ChainRunner(
-            est._sampler,
-            chain_model,
-            start,
-            10**9,
-            0,
-            10**6,
-            10,
-            n,
-            "replacement",
-            np.random.SeedSequence(0),
-            FitContext(step=(h, {})),
-            geometry.control_variate(chain_model),
-        )
-        chains[name] = (runner, n, h)
+        chains[name] = default_chain(X, y, model, make(), batch)
     return chains
 
 
