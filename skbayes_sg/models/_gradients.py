@@ -92,6 +92,18 @@ class EllRows:
         _csr_matvec(n, D + 1, *self._arrays(), x, out)
         return out
 
+    def rmatvec_into(self, u, out):
+        """``out[:D] += X.T @ u`` by the compiled CSC kernel, and ``out``.
+
+        ``out`` has ``D + 1`` entries: the last, the phantom column's, collects the padding's
+        terms, which mean nothing (a caller may reuse the slot, as the mean gradient does for
+        its intercept).
+        """
+        if not (u.flags.c_contiguous and u.dtype == np.float64):
+            u = np.ascontiguousarray(u, dtype=np.float64)
+        _csc_matvec(self.shape[1] + 1, self.shape[0], *self._arrays(), u, out)
+        return out
+
     @property
     def T(self):
         if self._T is None:
@@ -127,10 +139,7 @@ class _EllRowsT:
     def __matmul__(self, u):
         if u.ndim == 2:
             return np.stack([self @ u[:, j] for j in range(u.shape[1])], axis=1)
-        n, D = self.rows.shape
-        out = np.zeros(D + 1)
-        _csc_matvec(D + 1, n, *self.rows._arrays(), np.ascontiguousarray(u, dtype=np.float64), out)
-        return out[:D]
+        return self.rows.rmatvec_into(u, np.zeros(self.rows.shape[1] + 1))[: self.rows.shape[1]]
 
 
 class PerExampleGradients:
@@ -288,19 +297,11 @@ class LinearPerExampleGradients(PerExampleGradients):
         D, K = self._shape
         X = self.X
         if K == 1 and self.fit_intercept and self.extra is None and type(X) is EllRows:
-            # The hot path of a sparse one-output GLM step: the CSC kernel accumulates X.T @ r
-            # straight into the mean's zeroed vector, whose last slot (the kernel's phantom
-            # column) then takes the intercept's sum; no X.T operator, copy or slice per step.
-            out = np.zeros(D + 1)
-            r = self._r
-            _csc_matvec(
-                D + 1,
-                n,
-                *X._arrays(),
-                r if r.flags.c_contiguous and r.dtype == np.float64 else np.ascontiguousarray(r, dtype=np.float64),
-                out,
-            )
-            out[D] = np.add.reduce(r)
+            # The hot path of a sparse one-output GLM step: X.T @ r accumulates straight into
+            # the mean's zeroed vector, whose last slot (the phantom column's) then takes the
+            # intercept's sum; no X.T operator, copy or slice per step.
+            out = X.rmatvec_into(self._r, np.zeros(D + 1))
+            out[D] = np.add.reduce(self._r)
             out /= n
             return out
         out = np.empty(self.n_params)
