@@ -1283,28 +1283,6 @@ def _map_estimate(model, gtol=1e-2):
     return res.x
 
 
-def find_map(model):
-    """The estimators' MAP (:func:`_map_estimate`, their ``init="map"`` start; multilevel SGLD's
-    ``theta_0``) and the full-data passes it took: ``(theta_map, n_passes)``, counting log
-    posterior, gradient and Hessian evaluations (multilevel SGLD's set-up cost).
-    """
-    n_passes = 0
-
-    def counted(method):
-        def call(*args, **kwargs):
-            nonlocal n_passes
-            n_passes += 1
-            return method(*args, **kwargs)
-
-        return call
-
-    # A shallow copy (data shared) whose full-data calls count themselves.
-    probe = copy.copy(model)
-    probe.log_posterior_and_grad = counted(model.log_posterior_and_grad)
-    probe.hessian = counted(model.hessian)
-    return _map_estimate(probe), n_passes
-
-
 def _feature_scale(model):
     """``max |X|`` of a model's features (NaN for a model without ``X``)."""
     X = getattr(model, "X", None)

@@ -2,13 +2,12 @@
 
 :class:`CoupledSGLD` (``_coupling.py``) couples fine and coarse SGLD paths, :func:`mlmc`
 (``_allocation.py``) allocates samples and levels (Giles' algorithm). The strategy that sets
-them up, :class:`~skbayes_sg.samplers.MLSGLD` for the estimators and :func:`estimate`
-standalone, is in ``samplers/mlsgld.py``; :func:`find_map` is the estimators' MAP.
+them up (``_estimate.py``), :func:`estimate`, serves :class:`~skbayes_sg.samplers.MLSGLD` and
+standalone use; :func:`find_map` is the estimators' MAP with its cost counted.
 """
 
-from .._estimator import find_map
-from ..samplers.mlsgld import estimate
 from ._allocation import MultilevelResult, mlmc
 from ._coupling import CoupledSGLD, LevelSample
+from ._estimate import estimate, find_map
 
 __all__ = ["CoupledSGLD", "LevelSample", "MultilevelResult", "estimate", "find_map", "mlmc"]

@@ -1,21 +1,14 @@
-"""Multilevel SGLD as a strategy: for the estimators (:class:`MLSGLD`, signed-weight draws
-instead of chains) and standalone (:func:`estimate`), the set-up of the coupling and the
-allocation of :mod:`skbayes_sg.multilevel`."""
-
-import math
-from numbers import Integral
-
-import numpy as np
+"""Multilevel SGLD as an estimator's sampler: signed-weight draws instead of chains, by the
+strategy of :mod:`skbayes_sg.multilevel`."""
 
 from ._base import AUTO, POSITIVE, POSITIVE_INT, BaseSampler
-from ._step_size import multilevel_step_and_horizon
 
 
 class MLSGLD(BaseSampler):
     """Multilevel stochastic gradient Langevin dynamics (Nagapetyan et al. 2017).
 
     Not a Markov chain: the estimator fits by the multilevel Monte Carlo driver of
-    :func:`estimate` with ``g`` the parameter vector. Levels
+    :func:`~skbayes_sg.multilevel.estimate` with ``g`` the parameter vector. Levels
     ``l = 0..L`` run SGLD at step sizes ``h_l = h_0 2^-l`` over horizons
     ``T_l = m (l + 1) h_0``; fine and coarse paths are coupled (shared Gaussian increments,
     minibatches as in the paper's eq. 8 or antithetic, eq. 10), and the number of samples
@@ -133,7 +126,7 @@ class MLSGLD(BaseSampler):
             )
 
     def fit_estimator(self, estimator, X, y, model, batch_size, streaming=False):
-        """The multilevel strategy: :func:`estimate` of the posterior mean.
+        """The multilevel strategy: :func:`~skbayes_sg.multilevel.estimate` of the posterior mean.
 
         Starts every path at, and expands the Taylor gradient around, the estimator's start
         (its MAP with ``init="map"``), and stores the coupled states with signed weights
@@ -147,6 +140,10 @@ class MLSGLD(BaseSampler):
             )
         if streaming:
             raise ValueError("partial_fit does not support multilevel samplers; use fit.")
+        # The strategy sits above the samplers (it steps the shared SGLD transition in the chain
+        # driver's rounds), so it is imported where it is used.
+        from ..multilevel import estimate
+
         self.validate()
         taylor = model.n_params <= self.TAYLOR_MAX_PARAMS if self.taylor == "auto" else self.taylor
         res = estimate(
@@ -186,104 +183,3 @@ class MLSGLD(BaseSampler):
         )
         diag = {**{k: getattr(res, k) for k in keys}, "n_levels": len(res.levels), "taylor": taylor, **res.extra}
         return estimator._set_weighted_draws(self, model, res.draws, res.weights, diag)
-
-
-def estimate(
-    model,
-    g=None,
-    target_rmse=0.1,
-    *,
-    theta0=None,
-    rmse_units="absolute",
-    antithetic=True,
-    taylor=True,
-    averaging=False,
-    step_size="auto",
-    horizon="auto",
-    batch_size="auto",
-    n_initial=100,
-    min_levels=2,
-    max_levels=10,
-    n_jobs=None,
-    random_state=None,
-    keep_draws=False,
-    verbose=0,
-    max_grad_evals=None,
-):
-    """Multilevel SGLD estimate of the posterior expectation ``E[g(theta)]`` to RMSE ``target_rmse``
-    (also :func:`skbayes_sg.multilevel.estimate`): :class:`~skbayes_sg.multilevel.CoupledSGLD`
-    levels from ``theta0`` run by Giles' driver :func:`~skbayes_sg.multilevel.mlmc`.
-
-    Parameters
-    ----------
-    model : Model
-        For instance ``LogisticModel(X, y)`` from :mod:`skbayes_sg.models`.
-    g : callable or None, default=None
-        Maps states (M, P) to (M,) or (M, q). None estimates the posterior mean.
-    theta0 : ndarray of shape (P,), optional
-        Start of every path and Taylor expansion point; by default the estimators' MAP
-        (:func:`skbayes_sg.multilevel.find_map`).
-    antithetic, taylor, averaging, step_size, horizon, n_initial, max_levels, max_grad_evals
-        As in :class:`MLSGLD` (``taylor`` a bool, ``max_grad_evals`` None by default).
-    batch_size : int, "auto" or None, default="auto"
-        ``n``; ``"auto"``: the paper's ``ceil(N^(1/3))``; None: the full data.
-    random_state : int, SeedSequence or None
-    keep_draws : bool, default=False
-        Keep the states with signed weights (``result.draws``, ``result.weights``).
-    target_rmse, rmse_units, min_levels, n_jobs, verbose
-        As in :func:`~skbayes_sg.multilevel.mlmc` (``target_rmse`` absolute by default).
-
-    Returns
-    -------
-    MultilevelResult
-        Its ``n_grad_evals_setup`` counts the data items the set-up touched (MAP and Hessians).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from skbayes_sg.models import LogisticModel
-    >>> from skbayes_sg.multilevel import estimate
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.standard_normal((1000, 2))
-    >>> y = (rng.random(1000) < 1 / (1 + np.exp(-X @ [1.0, -0.5]))).astype(float)
-    >>> res = estimate(LogisticModel(X, y), target_rmse=0.2, rmse_units="posterior_sd", random_state=0)
-    >>> res.estimate.shape
-    (3,)
-    """
-    # The coupling and the allocation sit above the samplers (they step the shared SGLD transition
-    # in the chain driver's rounds), so they are imported where they are used.
-    from .._estimator import find_map
-    from ..multilevel import CoupledSGLD, mlmc
-
-    N, setup = model.n_samples, 0
-    if theta0 is None:
-        theta0, passes = find_map(model)
-        setup += passes * N
-    theta0 = np.asarray(theta0, dtype=float)
-    if batch_size == "auto":
-        batch_size = math.ceil(N ** (1.0 / 3.0) - 1e-9)
-    elif batch_size is not None and (not isinstance(batch_size, Integral) or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive int, 'auto' or None; got {batch_size!r}.")
-    H_post = model.posterior_hessian(theta0)
-    step_size, horizon, lam_max, lam_min = multilevel_step_and_horizon(H_post, step_size, horizon)
-    coupled = CoupledSGLD(
-        model, theta0, step_size, horizon, batch_size, antithetic=antithetic, taylor=taylor, averaging=averaging
-    )
-    result = mlmc(
-        coupled,
-        g,
-        target_rmse,
-        rmse_units=rmse_units,
-        n_initial=n_initial,
-        min_levels=min_levels,
-        max_levels=max_levels,
-        seed=random_state,
-        n_jobs=n_jobs,
-        keep_draws=keep_draws,
-        verbose=verbose,
-        max_grad_evals=max_grad_evals,
-    )
-    # The posterior Hessian, and the Taylor gradient's full-data Hessian and gradient at theta0.
-    result.n_grad_evals_setup = int(setup + (3 if coupled.taylor else 1) * N)
-    result.extra.update({"lambda_max": lam_max, "lambda_min": lam_min})
-    return result
