@@ -11,9 +11,9 @@ import pytest
 from scipy import stats
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
-from skbayes_sg._estimator import _map_estimate, _newton_map
 from skbayes_sg.minibatch import MinibatchGradient, TaylorControlVariateGradient
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel, SoftmaxModel
+from skbayes_sg.models._map import _map_estimate, _newton_map
 from skbayes_sg.multilevel import CoupledSGLD, estimate, find_map
 from skbayes_sg.multilevel._coupling import _coarse_rows
 from skbayes_sg.samplers import MLSGLD, SGLD

@@ -14,6 +14,7 @@ from ._gradients import (
     PerExampleGradients,
     TransformedPerExampleGradients,
 )
+from ._map import find_map
 from ._whitened import WhitenedModel
 from .drbm import DRBMModel, DRBMPerExampleGradients
 from .glm import LinearRegressionModel, LogisticModel, SoftmaxModel
@@ -33,4 +34,5 @@ __all__ = [
     "SoftmaxModel",
     "TransformedPerExampleGradients",
     "WhitenedModel",
+    "find_map",
 ]

@@ -1,38 +1,15 @@
 """The multilevel strategy's set-up: the start ``theta_0``, the automatic step and horizon,
 the minibatch size, then :class:`CoupledSGLD` levels run by :func:`mlmc`."""
 
-import copy
 import math
 from numbers import Integral
 
 import numpy as np
 
-from .._estimator import _map_estimate
+from ..models import find_map
 from ..samplers._step_size import multilevel_step_and_horizon
 from ._allocation import mlmc
 from ._coupling import CoupledSGLD
-
-
-def find_map(model):
-    """The estimators' MAP (:func:`_map_estimate`, their ``init="map"`` start; multilevel SGLD's
-    ``theta_0``) and the full-data passes it took: ``(theta_map, n_passes)``, counting log
-    posterior, gradient and Hessian evaluations (multilevel SGLD's set-up cost).
-    """
-    n_passes = 0
-
-    def counted(method):
-        def call(*args, **kwargs):
-            nonlocal n_passes
-            n_passes += 1
-            return method(*args, **kwargs)
-
-        return call
-
-    # A shallow copy (data shared) whose full-data calls count themselves.
-    probe = copy.copy(model)
-    probe.log_posterior_and_grad = counted(model.log_posterior_and_grad)
-    probe.hessian = counted(model.hessian)
-    return _map_estimate(probe), n_passes
 
 
 def estimate(
