@@ -13,9 +13,8 @@ import pytest
 
 from skbayes_sg._chains import run_chains
 from skbayes_sg.diagnostics import mcse_mean
-from skbayes_sg.models import DensePerExampleGradients, Model
-from skbayes_sg.multilevel import estimate, find_map
-from skbayes_sg.samplers import MCCAdL
+from skbayes_sg.models import DensePerExampleGradients, Model, find_map
+from skbayes_sg.samplers import MLSGLD, MCCAdL
 
 
 # -- example: begin
@@ -131,7 +130,7 @@ def test_example_estimated_with_multilevel_sgld_matches_the_exact_posterior():
     model = _problem()
     _, mean, sd = _exact_moments(model)
     # -- multilevel: begin
-    result = estimate(model, target_rmse=0.1, rmse_units="posterior_sd", random_state=0)
+    result = MLSGLD(target_rmse=0.1).estimate(model, random_state=0)
     # -- multilevel: end
     assert np.all(np.abs(result.estimate - mean) < 4 * result.rmse)
     assert np.all(result.rmse < 0.2 * sd)

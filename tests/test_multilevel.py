@@ -12,9 +12,9 @@ from scipy import stats
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg.minibatch import MinibatchGradient, TaylorControlVariateGradient
-from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel, SoftmaxModel
+from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel, SoftmaxModel, find_map
 from skbayes_sg.models._map import _map_estimate, _newton_map
-from skbayes_sg.multilevel import CoupledSGLD, estimate, find_map
+from skbayes_sg.multilevel import CoupledSGLD
 from skbayes_sg.multilevel._coupling import _coarse_rows
 from skbayes_sg.samplers import MLSGLD, SGLD
 from skbayes_sg.samplers._substeps import langevin_step
@@ -232,7 +232,8 @@ def _normalised_errors(taylor, averaging, r, n_seeds):
 
     errs = []
     for seed in range(n_seeds):
-        res = estimate(model, g, eps, theta0=mu, taylor=taylor, averaging=averaging, batch_size=6, random_state=seed)
+        sampler = MLSGLD(eps, taylor=taylor, averaging=averaging)
+        res = sampler.estimate(model, g, theta0=mu, rmse_units="absolute", batch_size=6, random_state=seed)
         errs.append((res.estimate - exact) / eps)
     return np.array(errs)
 
@@ -252,17 +253,28 @@ def test_multilevel_estimate_is_within_its_stated_rmse(taylor, averaging, r):
     assert np.all((errs**2).mean(axis=0) < bound), ((errs**2).mean(axis=0), bound)
 
 
-def test_draws_and_weights_reproduce_the_estimate_and_do_not_depend_on_n_jobs():
+def test_draws_and_weights_reproduce_the_estimate_and_do_not_depend_on_n_jobs(monkeypatch):
     model, mu, S = _gaussian_problem(N=100)
-    kwargs = dict(theta0=mu, taylor=False, batch_size=5, random_state=7, keep_draws=True, n_initial=40)
-    a = estimate(model, None, 0.05, **kwargs)
-    b = estimate(model, None, 0.05, n_jobs=2, **kwargs)
+    sampler = MLSGLD(target_rmse=0.05, taylor=False, n_initial=40)
+    kwargs = dict(theta0=mu, rmse_units="absolute", batch_size=5, random_state=7, keep_draws=True)
+    rows = [0]
+    gradient_paths = MinibatchGradient.gradient_paths
+
+    def counting(self, thetas, idx):  # the data items every force touches, in this process (n_jobs=1)
+        rows[0] += thetas.shape[0] * (self.batch_size if idx is None else idx.shape[1])
+        return gradient_paths(self, thetas, idx)
+
+    monkeypatch.setattr(MinibatchGradient, "gradient_paths", counting)
+    a = sampler.estimate(model, None, **kwargs)
+    b = sampler.estimate(model, None, n_jobs=2, **kwargs)
     np.testing.assert_array_equal(a.estimate, b.estimate)
     np.testing.assert_array_equal(a.draws, b.draws)
     np.testing.assert_allclose(a.weights @ a.draws, a.estimate, atol=1e-12)
     assert np.isclose(a.weights.sum(), 1.0)
-    assert a.n_grad_evals == sum(lv["n_samples"] * lv["cost"] for lv in a.levels)
-    c = estimate(model, None, 0.05, **{**kwargs, "random_state": 8})
+    # The stated cost is what the paths touched, level by level (sum_l N_l C_l).
+    assert a.n_grad_evals == rows[0] == sum(lv["n_samples"] * lv["cost"] for lv in a.levels)
+    assert a.n_iter * 5 == a.n_grad_evals
+    c = sampler.estimate(model, None, **{**kwargs, "random_state": 8})
     assert not np.array_equal(a.estimate, c.estimate)
 
 
@@ -283,11 +295,11 @@ def test_estimate_starts_at_the_estimators_map_and_a_tighter_map_changes_it_by_f
     # MAP to 1e-10: with the same seed the paths see the same random numbers from a start
     # moved by < 1e-3 posterior sd, so the estimate moves by a small fraction of its RMSE.
     model = _models(np.random.default_rng(6), N=200)["logistic"]
-    kwargs = dict(rmse_units="posterior_sd", random_state=1, n_initial=30)
-    a = estimate(model, None, 0.3, **kwargs)
-    np.testing.assert_array_equal(a.theta0, _map_estimate(model))
+    sampler = MLSGLD(target_rmse=0.3, n_initial=30)
+    a = sampler.estimate(model, random_state=1)
+    np.testing.assert_array_equal(a.settings["theta0"], _map_estimate(model))
     assert a.n_grad_evals_setup > 3 * model.n_samples  # the MAP's passes are counted
-    b = estimate(model, None, 0.3, theta0=_newton_map(model, tol=1e-12), **kwargs)
+    b = sampler.estimate(model, theta0=_newton_map(model, tol=1e-12), random_state=1)
     assert np.all(np.abs(a.estimate - b.estimate) < 0.05 * a.rmse), (a.estimate - b.estimate, a.rmse)
 
 

@@ -1,27 +1,29 @@
-"""Giles' allocation of samples and levels (Giles 2008, 2015, Algorithm 1), for any coupling."""
+"""Giles' allocation of samples and levels (Giles 2008, 2015, Algorithm 1) for :class:`CoupledSGLD`."""
 
 import math
 import warnings
 from dataclasses import dataclass, field
-from numbers import Integral
 
 import numpy as np
 
 from .._chains import parallel_rounds, run_tasks
 
+# Giles' algorithm starts from levels 0, 1 and 2: three points to fit the decay rates.
+MIN_LEVELS = 2
+
 
 @dataclass
 class MultilevelResult:
-    """Outcome of :func:`~skbayes_sg.multilevel.estimate` / :func:`mlmc`.
+    """Outcome of :meth:`MLSGLD.estimate <skbayes_sg.samplers.MLSGLD.estimate>` / :func:`mlmc`.
 
     ``estimate`` (q,) ``sum_l mean(Delta_l)`` of ``E[g]`` (paper eq. 4), its ``rmse``
     ``sqrt(sum_l V_l / N_l + bias^2)`` and ``target_rmse``; per level (``levels``) ``step_size``,
-    ``n_steps``, ``n_samples`` ``N_l``, ``mean`` and ``var`` of ``Delta_l``, ``cost`` ``C_l`` and
-    ``n_grad_evals``. Cost in data items touched (paths, set-up); ``n_iter``: SGLD steps.
+    ``n_steps``, ``n_samples`` ``N_l``, ``mean`` and ``var`` of ``Delta_l`` and ``cost`` ``C_l``.
+    Cost in data items touched (paths, set-up); ``n_iter``: SGLD steps.
     ``converged``: False at ``max_levels`` with the bias above ``eps / sqrt 2``. ``weak_rate``,
-    ``variance_rate``: Giles' ``alpha``, ``beta``. ``theta0, step_size, horizon, batch_size``:
-    ``theta_0, h_0, m, n``. ``draws`` (n, P), ``weights``: with ``keep_draws``,
-    ``sum_s weights[s] g(draws[s]) = estimate``.
+    ``variance_rate``: Giles' ``alpha``, ``beta``. ``draws`` (n, P), ``weights``: with
+    ``keep_draws``, ``sum_s weights[s] g(draws[s]) = estimate``. ``settings``: what the set-up
+    chose (``theta0``, ``step_size``, ``horizon``, ``batch_size``: ``theta_0, h_0, m, n``).
     """
 
     estimate: np.ndarray
@@ -29,18 +31,14 @@ class MultilevelResult:
     target_rmse: np.ndarray
     levels: list
     n_grad_evals: int
-    n_grad_evals_setup: int
     n_iter: int
     converged: bool
     weak_rate: float
     variance_rate: float
-    theta0: np.ndarray = None
-    step_size: float = None
-    horizon: int = None
-    batch_size: int = None
     draws: object = None
     weights: object = None
-    extra: dict = field(default_factory=dict)
+    n_grad_evals_setup: int = 0
+    settings: dict = field(default_factory=dict)
 
 
 def _regress_rate(values):  # -slope of log2 values[l] against l >= 1: Giles' alpha, beta
@@ -53,36 +51,17 @@ def _optimal_samples(Vl, Cl):  # N_l = ceil(2 sqrt(V_l / C_l) sum_k sqrt(V_k C_k
     return np.ceil(2.0 * np.sqrt(Vl / Cl) * np.sum(np.sqrt(Vl * Cl))).astype(np.int64)
 
 
-def _bias_estimate(ml, weak_rate):  # max_{k<3} |E Delta_{L-k}| 2^(-alpha k) / (2^alpha - 1)
+def _bias_estimate(ml, weak_rate):  # max_{k<3} |E Delta_{L-k}| 2^(-alpha k) / (2^alpha - 1), per column
     L = len(ml) - 1
     ks = [k for k in range(3) if L - k >= 1] or [0]
-    return max(ml[L - k] * 2.0 ** (-weak_rate * k) for k in ks) / (2.0**weak_rate - 1.0)
+    return np.max([ml[L - k] * 2.0 ** (-weak_rate * k) for k in ks], axis=0) / (2.0**weak_rate - 1.0)
 
 
-def _moments(sum1, sum2, N):
-    mean = sum1 / N[:, None]
-    return mean, np.maximum(sum2 / N[:, None] - mean**2, 0.0) * N[:, None] / np.maximum(N - 1, 1)[:, None]
-
-
-def mlmc(
-    coupled,
-    g,
-    target_rmse,
-    *,
-    rmse_units="absolute",
-    n_initial=100,
-    min_levels=2,
-    max_levels=10,
-    seed=None,
-    n_jobs=None,
-    keep_draws=False,
-    verbose=0,
-    max_grad_evals=None,
-):
+def mlmc(coupled, g, sampler, *, rmse_units="absolute", seed=None, n_jobs=None, keep_draws=False, verbose=0):
     """Giles' adaptive multilevel Monte Carlo driver (Giles 2015, Algorithm 1) on ``coupled``.
 
-    From levels ``0..min_levels`` with ``n_initial`` samples each, it sets ``N_l`` from the
-    estimated ``V_l`` and ``C_l`` and adds levels while the bias estimate exceeds ``eps / sqrt 2``
+    From levels 0, 1 and 2 with ``n_initial`` samples each, it sets ``N_l`` from the estimated
+    ``V_l`` and ``C_l`` and adds levels while the bias estimate exceeds ``eps / sqrt 2``
     (:doc:`/maths/mlsgld`). Chunks of paths run in the chains' rounds of tasks
     (:func:`~skbayes_sg._chains.parallel_rounds`, a ``KeyboardInterrupt`` propagating once joblib
     stopped the workers); each chunk's size and random stream (a child of ``seed`` keyed by
@@ -91,21 +70,20 @@ def mlmc(
     Parameters
     ----------
     coupled : CoupledSGLD
-        The levels (``sample``, ``cost``, ``chunk_size``, ``level_info``, ``settings``).
+        The levels.
     g : callable or None
         Maps states (M, P) to (M,) or (M, q); None is the identity.
-    target_rmse : float or array of shape (q,)
-        ``eps``: absolute, or with ``rmse_units="posterior_sd"`` in each ``g_j``'s sd at level 0.
-    n_initial : int, default=100
-        Samples per level in the first round and on each added level.
-    min_levels, max_levels : int, default=2, 10
+    sampler : MLSGLD
+        Its ``target_rmse`` ``eps`` (a float, or here also an array of shape (q,)), ``n_initial``
+        (samples per level in the first round and on each added level), ``max_levels`` and
+        ``max_grad_evals`` (the budget of per-example gradient evaluations, checked before each round).
+    rmse_units : {"absolute", "posterior_sd"}, default="absolute"
+        ``eps`` as given, or in units of each ``g_j``'s sd at level 0.
     seed : numpy.random.SeedSequence, int or None
     n_jobs, verbose : int or None, int
         joblib's processes; above 0, a progress bar of the data items touched.
     keep_draws : bool, default=False
         Keep the states and their signed weights.
-    max_grad_evals : float or None, default=None
-        Budget of per-example gradient evaluations, checked before each round.
 
     Returns
     -------
@@ -113,31 +91,29 @@ def mlmc(
     """
     if rmse_units not in ("absolute", "posterior_sd"):
         raise ValueError(f"rmse_units must be 'absolute' or 'posterior_sd'; got {rmse_units!r}.")
-    target = np.asarray(target_rmse, dtype=float)
+    target, max_levels = np.asarray(sampler.target_rmse, dtype=float), sampler.max_levels
     if not np.all(np.isfinite(target)) or np.any(target <= 0):
-        raise ValueError(f"target_rmse must be positive and finite; got {target_rmse!r}.")
-    if not (isinstance(min_levels, Integral) and isinstance(max_levels, Integral) and 0 <= min_levels <= max_levels):
-        raise ValueError(f"need integers 0 <= min_levels <= max_levels; got {min_levels!r}, {max_levels!r}.")
+        raise ValueError(f"target_rmse must be positive and finite; got {sampler.target_rmse!r}.")
     seed = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    chunk, n_lev, L1 = coupled.chunk_size(), int(min_levels) + 1, max_levels + 1
-    N, evals, dN = (np.zeros(L1, dtype=np.int64) for _ in range(3))
+    chunk, n_lev, L1 = coupled.chunk_size(), MIN_LEVELS + 1, max_levels + 1
+    N, dN = np.zeros(L1, dtype=np.int64), np.zeros(L1, dtype=np.int64)
     cost = np.array([coupled.cost(level) for level in range(L1)], dtype=float)
     sum1 = sum2 = eps = None
-    steps, rnd, converged, kept = 0, 0, True, [[] for _ in range(L1)]
-    dN[:n_lev] = n_initial
+    rnd, converged, kept = 0, True, [[] for _ in range(L1)]
+    dN[:n_lev] = sampler.n_initial
     weak = var_rate = np.nan
     model = coupled.grad_estimator.model
     coupled.grad_estimator.model = None  # shipped once per task beside the coupling, as the chains' model
     try:  # in the chains' rounds: one Parallel, workers stopped on Ctrl-C, one progress bar
         with parallel_rounds(n_jobs, verbose, desc="MLSGLD", unit="data items") as (parallel, bar):
             while dN.sum() > 0:
-                projected = float(evals.sum() + np.dot(dN[:n_lev], cost[:n_lev]))
-                if max_grad_evals is not None and projected > max_grad_evals:
+                spent, projected = N @ cost, float(N @ cost + dN[:n_lev] @ cost[:n_lev])
+                if sampler.max_grad_evals is not None and projected > sampler.max_grad_evals:
                     # The samples needed grow with the levels' variance, so with the features'
                     # scale: unscaled data can ask for hours of paths.
                     raise ValueError(
-                        f"the multilevel estimate would need about {projected:.3g} per-example gradient evaluations"
-                        f" to reach target_rmse, over max_grad_evals={max_grad_evals:.3g}. Increase target_rmse, "
+                        f"the multilevel estimate would need about {projected:.3g} per-example gradient evaluations to "
+                        f"reach target_rmse, over max_grad_evals={sampler.max_grad_evals:.3g}. Increase target_rmse, "
                         "standardise the features, or raise max_grad_evals."
                     )
                 # Chunks of paths of sizes independent of n_jobs, on streams keyed by (level, round, chunk).
@@ -146,29 +122,28 @@ def mlmc(
                     for j, start in enumerate(range(0, dN[lv], chunk)):
                         sd = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, lv, rnd, j))
                         tasks.append((lv, int(min(chunk, dN[lv] - start)), np.random.default_rng(sd), g, keep_draws))
-                results = run_tasks(parallel, coupled, model, "sample", tasks)
-                if bar is not None:
-                    bar.total = int(projected)
-                    bar.update(sum(res.n_grad_evals for res in results))
-                for (level, size, *_), res in zip(tasks, results):
+                for (level, size, *_), res in zip(tasks, run_tasks(parallel, coupled, model, "sample", tasks)):
                     if sum1 is None:
-                        sum1, sum2 = (np.zeros((max_levels + 1, res.delta.shape[1])) for _ in range(2))
+                        sum1, sum2 = np.zeros((2, L1, res.delta.shape[1]))
                     sum1[level] += res.delta.sum(axis=0)
                     sum2[level] += (res.delta**2).sum(axis=0)
                     N[level] += size
-                    evals[level] += res.n_grad_evals
-                    steps += res.n_steps
                     if keep_draws:
                         kept[level].append((res.points, res.coefs))
+                if bar is not None:
+                    bar.total = int(projected)
+                    bar.update(int(projected - spent))
                 rnd += 1
-                Nl = N[:n_lev]
-                mean, var = _moments(sum1[:n_lev], sum2[:n_lev], Nl)
-                if eps is None and rmse_units == "posterior_sd":
-                    if np.any(var[0] <= 0):
+                Nl = N[:n_lev, None]
+                mean = sum1[:n_lev] / Nl
+                var = np.maximum(sum2[:n_lev] / Nl - mean**2, 0.0) * Nl / np.maximum(Nl - 1, 1)
+                if eps is None:  # from the first round: in units of g_j's sd at level 0 with "posterior_sd"
+                    scale = np.sqrt(var[0]) if rmse_units == "posterior_sd" else np.ones_like(var[0])
+                    if np.any(scale <= 0):
                         raise ValueError("rmse_units='posterior_sd': g has zero spread at level 0; use absolute units.")
-                    eps = target * np.sqrt(var[0])
-                elif eps is None:
-                    eps = np.broadcast_to(target, mean.shape[1:]).astype(float)
+                    if target.ndim and target.shape != scale.shape:
+                        raise ValueError(f"target_rmse has shape {target.shape}; g has {scale.size} outputs.")
+                    eps = target * scale
                 # Normalised by eps_j and maximised over coordinates: one scalar problem, eps = 1.
                 ml, Vl = np.max(np.abs(mean) / eps, axis=1), np.max(var / eps**2, axis=1)
                 # Giles' guard against (near) zero estimates on the finer levels.
@@ -178,37 +153,51 @@ def mlmc(
                     ml[level] = max(ml[level], 0.5 * ml[level - 1] / 2**a_guard)
                     Vl[level] = max(Vl[level], 0.5 * Vl[level - 1] / 2**b_guard)
                 weak, var_rate = (max(0.5, 1.0 if not np.isfinite(r) else r) for r in map(_regress_rate, (ml, Vl)))
-                Ns = _optimal_samples(Vl, cost[:n_lev])
                 dN[:] = 0
-                dN[:n_lev] = np.maximum(0, Ns - Nl)
-                if np.all(dN[:n_lev] <= 0.01 * Nl) and _bias_estimate(ml, weak) > 1.0 / math.sqrt(2.0):
+                dN[:n_lev] = np.maximum(0, _optimal_samples(Vl, cost[:n_lev]) - N[:n_lev])
+                if np.all(dN[:n_lev] <= 0.01 * N[:n_lev]) and _bias_estimate(ml, weak) > 1.0 / math.sqrt(2.0):
                     if n_lev - 1 >= max_levels:
                         converged = False
                     else:
                         Vl = np.append(Vl, Vl[-1] / 2**var_rate)
                         n_lev += 1
                         Ns = _optimal_samples(Vl, cost[:n_lev])
-                        Ns[-1] = max(Ns[-1], n_initial)
+                        Ns[-1] = max(Ns[-1], sampler.n_initial)
                         dN[:n_lev] = np.maximum(0, Ns - N[:n_lev])
     finally:
         coupled.grad_estimator.model = model
 
-    Nl = N[:n_lev]
-    mean, var = _moments(sum1[:n_lev], sum2[:n_lev], Nl)
-    bias = np.array([_bias_estimate(np.abs(mean[:, j]), weak) for j in range(mean.shape[1])])
     if not converged:
         msg = f"MLSGLD reached max_levels={max_levels} with the estimated bias above target_rmse / sqrt(2); the "
         warnings.warn(msg + "estimate's RMSE may exceed the target. Increase max_levels or the horizon.", stacklevel=2)
-    per_level = zip(Nl, mean, var, cost, evals)
+    # The last round's moments are every level's: the loop ends only when no level gets samples.
+    Nl = N[:n_lev]
     levels = [
-        dict(level=lv, **coupled.level_info(lv), n_samples=int(n), mean=m, var=v, cost=float(c), n_grad_evals=int(e))
-        for lv, (n, m, v, c, e) in enumerate(per_level)
+        {
+            "level": lv,
+            "step_size": coupled.step_size(lv),
+            "n_steps": coupled.n_steps(lv),
+            "n_samples": int(n),
+            "mean": m,
+            "var": v,
+            "cost": float(c),
+        }
+        for lv, (n, m, v, c) in enumerate(zip(Nl, mean, var, cost))
     ]
-    rmse, eps = np.sqrt((var / Nl[:, None]).sum(axis=0) + bias**2), np.asarray(eps, dtype=float)
-    stats = (int(evals.sum()), 0, int(steps), converged, float(weak), float(var_rate))  # costs, convergence, rates
-    result = MultilevelResult(mean.sum(axis=0), rmse, eps, levels, *stats, **coupled.settings())
+    evals = int(Nl @ cost[:n_lev])
+    result = MultilevelResult(
+        estimate=mean.sum(axis=0),
+        rmse=np.sqrt((var / Nl[:, None]).sum(axis=0) + _bias_estimate(np.abs(mean), weak) ** 2),
+        target_rmse=np.asarray(eps, dtype=float),
+        levels=levels,
+        n_grad_evals=evals,
+        n_iter=evals // coupled.batch_size,
+        converged=converged,
+        weak_rate=float(weak),
+        variance_rate=float(var_rate),
+    )
     if keep_draws:
-        pieces = [(lv, pts, coefs) for lv in range(n_lev) for pts, coefs in kept[lv]]
-        result.draws = np.concatenate([pts.reshape(-1, pts.shape[-1]) for _, pts, _ in pieces])
-        result.weights = np.concatenate([np.tile(coefs / Nl[lv], pts.shape[0]) for lv, pts, coefs in pieces])
+        pieces = [(pts, coefs / Nl[lv]) for lv in range(n_lev) for pts, coefs in kept[lv]]
+        result.draws = np.concatenate([pts.reshape(-1, pts.shape[-1]) for pts, _ in pieces])
+        result.weights = np.concatenate([np.tile(w, pts.shape[0]) for pts, w in pieces])
     return result

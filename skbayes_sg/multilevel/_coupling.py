@@ -31,13 +31,11 @@ def _coarse_rows(rng, rows1, rows2):
 class LevelSample:
     """Samples of one level's correction ``Delta_l`` (paper eq. 4): ``delta`` (M, q) per path;
     ``points`` (M, k, P), when kept, the states ``g`` was evaluated at (fine first), with
-    ``Delta_l = sum_j coefs[j] g(points[:, j])``; data items touched and SGLD steps."""
+    ``Delta_l = sum_j coefs[j] g(points[:, j])``."""
 
     delta: np.ndarray
     points: object
     coefs: np.ndarray
-    n_grad_evals: int
-    n_steps: int
 
 
 class CoupledSGLD:
@@ -96,14 +94,6 @@ class CoupledSGLD:
         """Paths stepped together: bounded so a gathered minibatch stack stays small."""
         return int(max(16, min(4096, _CHUNK_FLOATS // self._width)))
 
-    def level_info(self, level):
-        """``step_size`` (``h_l``) and ``n_steps`` (``s_l``), for the driver's table."""
-        return {"step_size": self.step_size(level), "n_steps": self.n_steps(level)}
-
-    def settings(self):
-        """``theta0``, ``step_size`` (``h_0``), ``horizon`` (``m``), ``batch_size`` (``n``)."""
-        return {"theta0": self.theta0, "step_size": self.h0, "horizon": self.m, "batch_size": self.batch_size}
-
     def sample(self, level, n_paths, rng, g=None, keep_points=False):
         """``n_paths`` independent samples of ``Delta_level`` (:class:`LevelSample`), ``g`` mapping
         states (M, P) to (M,) or (M, q) (None: identity), keeping its points with ``keep_points``."""
@@ -155,5 +145,4 @@ class CoupledSGLD:
                         record(coarse[c * M : (c + 1) * M], -1.0 / (pc * n_c))
         where = f"the paths of level {level} (h_l = {h:.4g}) became non-finite"
         check_finite((fine, coarse), "MLSGLD", self.h0, where, fixes="or standardise the features")
-        n_steps, points = M * (s + s_c * n_c), np.stack(points, axis=1) if keep_points else None
-        return LevelSample(delta, points, np.asarray(coefs), n_steps * self.batch_size, n_steps)
+        return LevelSample(delta, np.stack(points, axis=1) if keep_points else None, np.asarray(coefs))

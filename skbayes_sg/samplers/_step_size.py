@@ -175,13 +175,9 @@ def multilevel_step_and_horizon(H_post, step_size="auto", horizon="auto"):
     """
     curv = np.linalg.eigvalsh(-0.5 * (H_post + H_post.T))
     lam_max, lam_min = float(max(abs(curv[-1]), 1e-12)), float(curv[0])
-    if isinstance(step_size, str):
-        if step_size != "auto":
-            raise ValueError(f"step_size must be a positive float or 'auto'; got {step_size!r}.")
+    if step_size == "auto":  # MLSGLD's constraints validated both
         step_size = 0.25 / lam_max
-    if isinstance(horizon, str):
-        if horizon != "auto":
-            raise ValueError(f"horizon must be a positive int or 'auto'; got {horizon!r}.")
+    if horizon == "auto":
         if lam_min <= 0:
             raise ValueError(
                 "horizon='auto' needs a log posterior that is strictly concave at theta0 "
