@@ -244,9 +244,9 @@ def test_a_diverging_multilevel_path_is_a_divergence_without_numpy_overflow_warn
 
 def test_mlsgld_max_levels_below_the_starting_levels_names_the_parameter():
     # It failed inside the estimate with "need integers 0 <= min_levels <= max_levels; got 2, 1",
-    # naming min_levels, which MLSGLD does not have.
+    # naming min_levels, which MLSGLD does not have; now MLSGLD's constraints name the range.
     X = np.random.default_rng(0).standard_normal((10, 2))
-    with pytest.raises(ValueError, match="MLSGLD: max_levels must be at least 2"):
+    with pytest.raises(ValueError, match=r"'max_levels' parameter of MLSGLD must be an int in the range \[2, inf\)"):
         SGBayesLogisticRegression(sampler=MLSGLD(max_levels=1)).fit(X, np.arange(10) % 2)
 
 

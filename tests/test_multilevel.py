@@ -336,7 +336,9 @@ def test_estimators_fit_by_mlsgld_with_signed_weights():
     assert set(clf.predict(X)) <= {"a", "b"}
 
 
-@pytest.mark.parametrize("params", [{"target_rmse": 0}, {"n_initial": 0}, {"horizon": 0}, {"step_size": -1.0}])
+@pytest.mark.parametrize(
+    "params", [{"target_rmse": 0}, {"n_initial": 0}, {"horizon": 0}, {"step_size": -1.0}, {"max_levels": 1}]
+)
 def test_mlsgld_rejects_bad_hyperparameters(params):
     with pytest.raises(ValueError):
         MLSGLD(**params).validate()

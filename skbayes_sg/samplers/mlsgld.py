@@ -7,7 +7,7 @@ from numbers import Integral
 import numpy as np
 
 from ..models import find_map
-from ._base import AUTO, POSITIVE, POSITIVE_INT, BaseSampler
+from ._base import AUTO, POSITIVE, POSITIVE_INT, BaseSampler, _Number
 from ._step_size import multilevel_step_and_horizon
 
 
@@ -96,7 +96,8 @@ class MLSGLD(BaseSampler):
         "step_size": [POSITIVE, AUTO],
         "horizon": [POSITIVE_INT, AUTO],
         "n_initial": [POSITIVE_INT],
-        "max_levels": [POSITIVE_INT],
+        # Giles' algorithm starts from levels 0, 1 and 2.
+        "max_levels": [_Number(Integral, 2, None, closed="left")],
         "max_grad_evals": [POSITIVE, None],
     }
 
@@ -121,16 +122,6 @@ class MLSGLD(BaseSampler):
         self.n_initial = n_initial
         self.max_levels = max_levels
         self.max_grad_evals = max_grad_evals
-
-    def validate(self):
-        super().validate()
-        if self.max_levels < 2:
-            # Giles' algorithm starts from levels 0, 1 and 2 (estimate's min_levels): a lower
-            # cap failed there, naming min_levels, a parameter MLSGLD does not have.
-            raise ValueError(
-                f"MLSGLD: max_levels must be at least 2 (the estimate starts from levels 0, 1 and 2); "
-                f"got {self.max_levels!r}."
-            )
 
     def estimate(
         self,
