@@ -36,9 +36,9 @@ from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from skbayes_sg import SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg._chains import run_chain  # noqa: E402
-from skbayes_sg._estimator import _map_estimate  # noqa: E402
 from skbayes_sg._geometry import Geometry  # noqa: E402
 from skbayes_sg.models import LogisticModel, SoftmaxModel  # noqa: E402
+from skbayes_sg.models._map import _map_estimate  # noqa: E402
 from skbayes_sg.samplers import (
     FitContext,  # noqa: E402
     get_sampler,  # noqa: E402

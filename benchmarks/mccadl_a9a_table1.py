@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 from scipy.special import log_expit
 
-from skbayes_sg._estimator import _map_estimate
 from skbayes_sg.minibatch import MinibatchGradient
 from skbayes_sg.models import LogisticModel
+from skbayes_sg.models._map import _map_estimate
 from skbayes_sg.samplers import SGHMC, SGNHT, CCAdL, MCCAdL
 
 ROOT = Path(__file__).resolve().parents[1]

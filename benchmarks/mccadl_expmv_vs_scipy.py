@@ -28,8 +28,8 @@ import numpy as np
 import scipy.linalg
 from scipy.sparse.linalg import LinearOperator, expm_multiply
 
-from skbayes_sg._estimator import _map_estimate
 from skbayes_sg.models import LinearRegressionModel, LogisticModel
+from skbayes_sg.models._map import _map_estimate
 from skbayes_sg.samplers._expmv import DEFAULT_TOL, NoiseCovariance, c_step
 
 ROOT = Path(__file__).resolve().parents[1]

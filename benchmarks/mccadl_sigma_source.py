@@ -53,9 +53,9 @@ from _reference import load_reference, make_problem  # noqa: E402
 
 from skbayes_sg import DivergenceError, SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg._chains import run_chain  # noqa: E402
-from skbayes_sg._estimator import _map_estimate  # noqa: E402
 from skbayes_sg._geometry import Geometry  # noqa: E402
 from skbayes_sg.models import LogisticModel  # noqa: E402
+from skbayes_sg.models._map import _map_estimate  # noqa: E402
 from skbayes_sg.samplers import (  # noqa: E402
     SGHMC,
     CCAdL,

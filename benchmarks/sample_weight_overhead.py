@@ -24,10 +24,10 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from skbayes_sg._estimator import _map_estimate  # noqa: E402
 from skbayes_sg._geometry import leverage_probabilities, weight_probabilities  # noqa: E402
 from skbayes_sg.minibatch import ControlVariateGradient, MinibatchGradient  # noqa: E402
 from skbayes_sg.models import LogisticModel, WhitenedModel  # noqa: E402
+from skbayes_sg.models._map import _map_estimate  # noqa: E402
 from skbayes_sg.preconditioning import curvature_factor  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "a9a.npz")

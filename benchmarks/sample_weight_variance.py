@@ -37,9 +37,9 @@ from sklearn.utils.class_weight import compute_sample_weight
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from skbayes_sg._estimator import _map_estimate  # noqa: E402
 from skbayes_sg._geometry import DEFENSIVE  # noqa: E402
 from skbayes_sg.models import LogisticModel  # noqa: E402
+from skbayes_sg.models._map import _map_estimate  # noqa: E402
 from skbayes_sg.preconditioning import curvature_factor  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "a9a.npz")

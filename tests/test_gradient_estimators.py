@@ -146,7 +146,7 @@ def test_leverage_sampling_and_control_variates_shrink_the_noise():
     """The plain minibatch's noise grows like N/n; the control variate's does not, and
     leverage sampling evens it out across the rare feature's direction."""
     model = _logistic(N=4000)
-    from skbayes_sg._estimator import _map_estimate
+    from skbayes_sg.models._map import _map_estimate
 
     theta_hat = _map_estimate(model)
     L = curvature_factor(model, theta_hat, "dense")

@@ -11,8 +11,8 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from skbayes_sg import DivergenceError, SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
-from skbayes_sg._estimator import _map_estimate
 from skbayes_sg.models import LinearRegressionModel
+from skbayes_sg.models._map import _map_estimate
 from skbayes_sg.samplers import MLSGLD, SGHMC
 from skbayes_sg.samplers._substeps import ou_exact
 

@@ -14,8 +14,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
-from skbayes_sg._estimator import _map_estimate
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, SoftmaxModel
+from skbayes_sg.models._map import _map_estimate
 from skbayes_sg.samplers import SGLD
 
 from ._exact import assert_matches_gaussian

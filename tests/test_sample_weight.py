@@ -18,10 +18,11 @@ from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.class_weight import compute_sample_weight
 
 from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
-from skbayes_sg._estimator import BaseSGBayes, _map_estimate
+from skbayes_sg._estimator import BaseSGBayes
 from skbayes_sg._geometry import leverage_probabilities, weight_probabilities
 from skbayes_sg.minibatch import ControlVariateGradient, MinibatchGradient
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, SoftmaxModel
+from skbayes_sg.models._map import _map_estimate
 from skbayes_sg.models.drbm import DRBMModel
 
 from ._exact import assert_matches_gaussian
