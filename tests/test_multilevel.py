@@ -344,6 +344,18 @@ def test_mlsgld_rejects_bad_hyperparameters(params):
         MLSGLD(**params).validate()
 
 
+def test_mlsgld_estimate_names_bad_arguments():
+    model, mu, _ = _gaussian_problem(N=50)
+    with pytest.raises(ValueError, match=r"theta0 must have shape \(3,\)"):
+        MLSGLD().estimate(model, theta0=mu[:2])
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        MLSGLD().estimate(model, theta0=mu, batch_size=0)
+    with pytest.raises(ValueError, match="rmse_units must be 'absolute' or 'posterior_sd'"):
+        MLSGLD().estimate(model, theta0=mu, rmse_units="sd")
+    with pytest.raises(ValueError, match=r"target_rmse has shape \(2,\); g has 3 outputs"):
+        MLSGLD(target_rmse=[0.1, 0.1], n_initial=10).estimate(model, theta0=mu, rmse_units="absolute")
+
+
 def test_mlsgld_is_a_strategy_chosen_by_the_sampler_not_by_the_estimator():
     # The estimator fits through sampler.fit_estimator; MLSGLD's is the multilevel strategy,
     # which refuses partial_fit (the data grow, the levels cannot continue) and is no chain

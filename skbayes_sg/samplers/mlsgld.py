@@ -189,6 +189,10 @@ class MLSGLD(BaseSampler):
             theta0, passes = find_map(model)
             setup += passes * N
         theta0 = np.asarray(theta0, dtype=float)
+        if theta0.shape != (model.n_params,):
+            raise ValueError(
+                f"theta0 must have shape ({model.n_params},), one value per parameter; got {theta0.shape}."
+            )
         if batch_size == "auto":
             batch_size = math.ceil(N ** (1.0 / 3.0) - 1e-9)
         elif batch_size is not None and (not isinstance(batch_size, Integral) or batch_size < 1):
