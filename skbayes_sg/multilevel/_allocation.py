@@ -107,7 +107,8 @@ def mlmc(coupled, g, sampler, *, rmse_units="absolute", seed=None, n_jobs=None, 
     try:  # in the chains' rounds: one Parallel, workers stopped on Ctrl-C, one progress bar
         with parallel_rounds(n_jobs, verbose, desc="MLSGLD", unit="data items") as (parallel, bar):
             while dN.sum() > 0:
-                spent, projected = N @ cost, float(N @ cost + dN[:n_lev] @ cost[:n_lev])
+                spent = float(N @ cost)
+                projected = spent + float(dN[:n_lev] @ cost[:n_lev])
                 if sampler.max_grad_evals is not None and projected > sampler.max_grad_evals:
                     # The samples needed grow with the levels' variance, so with the features'
                     # scale: unscaled data can ask for hours of paths.

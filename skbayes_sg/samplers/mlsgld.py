@@ -200,8 +200,9 @@ class MLSGLD(BaseSampler):
         taylor = model.n_params <= self.TAYLOR_MAX_PARAMS if self.taylor == "auto" else self.taylor
         H_post = model.posterior_hessian(theta0)
         h0, m, lam_max, lam_min = multilevel_step_and_horizon(H_post, self.step_size, self.horizon)
-        variants = {"antithetic": self.antithetic, "taylor": taylor, "averaging": self.averaging}
-        coupled = CoupledSGLD(model, theta0, h0, m, batch_size, **variants)
+        coupled = CoupledSGLD(
+            model, theta0, h0, m, batch_size, antithetic=self.antithetic, taylor=taylor, averaging=self.averaging
+        )
         result = mlmc(
             coupled,
             g,
