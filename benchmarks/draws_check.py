@@ -86,7 +86,12 @@ def _cases(data):
     Xr, yr = data["reg"]
     lin = SGBayesLinearRegression
     cases["linreg-default"] = (lin(random_state=0), Xr, yr, {})
-    cases["linreg-sghmc-fixed"] = (lin(sampler="sghmc", n_iter=300, batch_size=50, noise_precision=0.04, **kw), Xr, yr, {})
+    cases["linreg-sghmc-fixed"] = (
+        lin(sampler="sghmc", n_iter=300, batch_size=50, noise_precision=0.04, **kw),
+        Xr,
+        yr,
+        {},
+    )
     cases["linreg-sgld-plain"] = (
         lin(sampler=SGLD(preconditioner="none"), n_iter=300, batch_size=50, gradient="minibatch", **kw),
         Xr,
