@@ -14,6 +14,7 @@ import pytest
 from skbayes_sg._chains import run_chains
 from skbayes_sg.diagnostics import mcse_mean
 from skbayes_sg.models import DensePerExampleGradients, Model, find_map
+from skbayes_sg.multilevel import estimate
 from skbayes_sg.samplers import MLSGLD, MCCAdL
 
 
@@ -130,7 +131,7 @@ def test_example_estimated_with_multilevel_sgld_matches_the_exact_posterior():
     model = _problem()
     _, mean, sd = _exact_moments(model)
     # -- multilevel: begin
-    result = MLSGLD(target_rmse=0.1).estimate(model, random_state=0)
+    result = estimate(MLSGLD(target_rmse=0.1), model, random_state=0)
     # -- multilevel: end
     assert np.all(np.abs(result.estimate - mean) < 4 * result.rmse)
     assert np.all(result.rmse < 0.2 * sd)
