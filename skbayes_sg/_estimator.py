@@ -20,7 +20,7 @@ from . import _run_length, diagnostics
 from ._fit import fit_model
 from ._fit._messages import caller_stacklevel
 from ._inference_data import inference_data
-from .minibatch import BATCH_SCHEMES
+from .minibatch import BATCH_SCHEMES, GRADIENTS
 from .models._map import _map_estimate
 from .samplers import get_sampler
 
@@ -49,9 +49,6 @@ AUTO_BURN_IN = 0.2
 #: iterations per effective draw on a9a, which its thinning x4 hardly touches).
 AUTO_MAX_DRAWS = 1000
 AUTO_DRAW_FLOATS = 2**19
-
-#: Estimator values of ``gradient``.
-GRADIENTS = ("auto", "minibatch", "control_variate")
 
 # Upper bound on the floats one predictive chunk allocates (draws x rows x outputs).
 _PREDICT_CHUNK = 2**22

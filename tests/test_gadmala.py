@@ -600,9 +600,9 @@ def test_map_start_chains_start_at_laplace_draws_with_the_map_curvature(monkeypa
     captured = {}
     real_start_chains = _run.start_chains
 
-    def spy(sampler, model, starts, *args, **kwargs):
-        captured["starts"], captured["model"] = np.array(starts), model
-        return real_start_chains(sampler, model, starts, *args, **kwargs)
+    def spy(spec, starts, *args, **kwargs):
+        captured["starts"], captured["model"] = np.array(starts), spec.model
+        return real_start_chains(spec, starts, *args, **kwargs)
 
     monkeypatch.setattr(_run, "start_chains", spy)
     n = 2000
@@ -643,14 +643,12 @@ def test_fixed_initial_factor_is_used_wherever_the_chain_starts():
 def test_draws_do_not_depend_on_how_the_run_is_cut(sampler):
     """The randomness drawn by blocks of iterations lives in the chain's state: advancing in
     chunks that do not align with the blocks gives the same draws as one call."""
-    from skbayes_sg._chains import ChainRunner
+    from skbayes_sg._chains import ChainRunner, ChainSpec
 
     model = small_logistic()
     runs = []
     for chunk in (None, 37):
-        runner = ChainRunner(
-            sampler, model, np.zeros(3), 700, 100, 1, None, None, "replacement", np.random.SeedSequence(5)
-        )
+        runner = ChainRunner(ChainSpec(sampler, model, 700, 100), np.zeros(3), np.random.SeedSequence(5))
         while not runner.done:
             runner.advance(chunk)
         runs.append(runner.draws)

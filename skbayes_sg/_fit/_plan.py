@@ -37,14 +37,6 @@ class ChainPlan:
     progress: object
     batch_size: object
 
-    @property
-    def control_variate(self):
-        return self.geometry.control_variate(self.chain_model)
-
-    @property
-    def row_probabilities(self):
-        return self.geometry.row_probabilities if self.geometry.gradient != "control_variate" else None
-
 
 def first_schedule(est, sampler, n_params, resume):
     """``(burn_in, max_draws, schedule)``: the resolved policy and the first block's

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _run_length
-from .._chains import advance_chains, start_chains
+from .._chains import ChainSpec, advance_chains, start_chains
 
 
 @dataclass
@@ -52,22 +52,17 @@ def run_blocks(est, sampler, plan, first, burn_in, max_draws):
     progress, chain_model = plan.progress, plan.chain_model
     t0 = 0 if progress is None else progress[0]["t"]
     seeds = est._seeds(plan.fit_round) if progress is None else [None] * len(plan.starts)
-    runners = start_chains(
+    spec = ChainSpec(
         sampler,
         chain_model,
-        list(plan.starts),
         t0 + first.n_iter,
         first.n_burn,
         est.thin,
         max_draws,
-        plan.batch_size,
-        est.batch_scheme,
-        seeds,
+        plan.geometry.gradient_spec(chain_model, plan.batch_size, est.batch_scheme),
         plan.context,
-        plan.control_variate,
-        plan.row_probabilities,
-        progress,
     )
+    runners = start_chains(spec, list(plan.starts), seeds, progress)
     # A continued chain's grid may be coarser than the first block's (max_draws over the
     # whole record); the blocks count from the continuation's start.
     blocks = [_run_length.Schedule(first.n_iter, first.n_burn, runners[0].eff_thin) if progress else first]
