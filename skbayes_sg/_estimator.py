@@ -1,8 +1,9 @@
-"""The estimator layer shared by every skbayes_sg estimator.
+"""The scikit-learn face shared by every skbayes_sg estimator.
 
-Validates input, builds the model, starts and runs the chains (``_chains``), keeps the
-draws and computes diagnostics. Subclasses say which model to build and how to turn
-draws into fitted attributes and predictions.
+Validates input and parameters, builds the model, resolves the run policy and hands the fit to
+the fit layer (:mod:`skbayes_sg._fit`), which plans and runs the chains (or multilevel paths)
+and sets the fitted attributes; predictions and summaries read them. Subclasses say which
+model to build and how to turn draws into fitted attributes and predictions.
 """
 
 import warnings
@@ -18,7 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from . import _run_length, diagnostics
 from ._fit import fit_model
-from ._fit._messages import caller_stacklevel
+from ._fit._messages import caller_stacklevel, convergence_messages
 from ._inference_data import inference_data
 from .minibatch import BATCH_SCHEMES, GRADIENTS
 from .models._map import _map_estimate
@@ -63,7 +64,7 @@ PREDICT_MCSE = 0.05
 
 
 class BaseSGBayes(BaseEstimator):
-    """Common parameters, fit loop and diagnostics of the skbayes_sg estimators."""
+    """Common parameters, validation, fitted attributes and predictions of the skbayes_sg estimators."""
 
     #: What ``gradient="auto"`` and a sampler's ``preconditioner="auto"`` mean for this
     #: estimator's model: on for the log-concave GLMs, off where the posterior is
@@ -136,6 +137,13 @@ class BaseSGBayes(BaseEstimator):
         first chain's start. The DRBM's random starts are far from where its chains
         spend their time and override this."""
         return start
+
+    def _convergence_messages(self):
+        """What the convergence checks found, a list of sentences (empty when they pass) that the
+        fit's one warning gathers: R-hat and ESS of the parameters
+        (:func:`skbayes_sg._fit._messages.convergence_messages`). Subclasses whose parameters
+        are not identified check a predictive quantity instead."""
+        return convergence_messages(self)
 
     def _run_length_summary(self, draws):
         """The :func:`~skbayes_sg.diagnostics.summarize` that ``n_iter="auto"`` stops on, of

@@ -55,7 +55,8 @@ def warn_fit(est, sampler, X):
             f"the noise estimate exceeded the friction on {clipped} coordinate-iterations and was "
             "clipped, so the chains ran hotter than the posterior. Increase friction or decrease step_size."
         )
-    convergence = convergence_messages(est)
+    # A hook: the DRBM checks its predictive instead of its (unidentified) weights.
+    convergence = est._convergence_messages()
     if noise is None and not convergence:
         return
     parts = [noise] if noise is not None else []
@@ -137,7 +138,8 @@ def kinetic_temperature_message(est, sampler):
 
 
 def convergence_messages(est):
-    """What the R-hat and ESS checks found (a list of sentences, empty when they pass)."""
+    """What the R-hat and ESS checks of the parameters found (a list of sentences, empty when they
+    pass): ``BaseSGBayes._convergence_messages``, which an estimator may override."""
     names = est._param_names()
     rhat, ess = est.diagnostics_["rhat"], est.diagnostics_["ess"]
     messages = []
