@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 
 from skbayes_sg import SGBayesLogisticRegression
-from skbayes_sg._chains import ChainRunner
+from skbayes_sg._chains import ChainRunner, ChainSpec
 from skbayes_sg.samplers import FitContext
 
 
@@ -33,18 +33,7 @@ def default_chain(X, y, model, sampler, batch_size):
     chain_model = geometry.chain_model(model)
     n, h = est.diagnostics_["batch_size"], est.diagnostics_["step_size"]
     start = np.random.default_rng(1).standard_normal(model.n_params)
-    runner = ChainRunner(
-        est._sampler,
-        chain_model,
-        start,
-        10**9,
-        0,
-        10**6,
-        10,
-        n,
-        "replacement",
-        np.random.SeedSequence(0),
-        FitContext(step=(h, {})),
-        geometry.control_variate(chain_model),
-    )
+    gradient = geometry.gradient_spec(chain_model, n, "replacement")
+    spec = ChainSpec(est._sampler, chain_model, 10**9, 0, 10**6, 10, gradient, FitContext(step=(h, {})))
+    runner = ChainRunner(spec, start, np.random.SeedSequence(0))
     return runner, n, h

@@ -35,7 +35,7 @@ from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from skbayes_sg import SGBayesLogisticRegression  # noqa: E402
-from skbayes_sg._chains import run_chain  # noqa: E402
+from skbayes_sg._chains import ChainSpec, run_chain  # noqa: E402
 from skbayes_sg._geometry import Geometry  # noqa: E402
 from skbayes_sg.models import LogisticModel, SoftmaxModel  # noqa: E402
 from skbayes_sg.models._map import _map_estimate  # noqa: E402
@@ -133,24 +133,24 @@ def part_step():
                 ).fit(X, y)
             geometry = est._geometry
             chain_model = geometry.chain_model(model)
-            cv = geometry.control_variate(chain_model)
+            gradient = geometry.gradient_spec(chain_model, batch, "replacement")
             start = Geometry.to_chain(chain_model, est.samples_[0, -1])
             sampler = get_sampler(name)
             costs[name] = (
                 best_of(
                     lambda: run_chain(
-                        sampler,
-                        chain_model,
+                        ChainSpec(
+                            sampler,
+                            chain_model,
+                            2000,
+                            0,
+                            1,
+                            10,
+                            gradient,
+                            FitContext(step=(est.diagnostics_["step_size"], {})),
+                        ),
                         start,
-                        2000,
-                        0,
-                        1,
-                        10,
-                        batch,
-                        "replacement",
                         np.random.SeedSequence(0),
-                        context=FitContext(step=(est.diagnostics_["step_size"], {})),
-                        control_variate=cv,
                     )
                 )
                 / 2000

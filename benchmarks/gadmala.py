@@ -77,7 +77,7 @@ from pathlib import Path
 import numpy as np
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
-from skbayes_sg._chains import run_chain
+from skbayes_sg._chains import ChainSpec, run_chain
 from skbayes_sg.models._base import Model
 from skbayes_sg.samplers import GadMALA, GadRWM
 
@@ -175,18 +175,8 @@ def run_neal(n_adapt, n_keep, seed):
     for method, make in METHODS.items():
         sampler = make()
         t0 = time.perf_counter()
-        res = run_chain(
-            sampler,
-            model,
-            np.zeros(model.n_params),
-            n_adapt + n_keep,
-            n_adapt,
-            1,
-            None,
-            None,
-            "replacement",
-            np.random.SeedSequence(seed),
-        )
+        spec = ChainSpec(sampler, model, n_adapt + n_keep, n_adapt)
+        res = run_chain(spec, np.zeros(model.n_params), np.random.SeedSequence(seed))
         seconds = time.perf_counter() - t0
         L = res.summary.get("proposal_cholesky", res.summary.get("proposal_scale"))
         scales[method] = np.sqrt((L**2).sum(axis=1)) if L.ndim == 2 else L

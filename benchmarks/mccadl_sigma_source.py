@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _reference import load_reference, make_problem  # noqa: E402
 
 from skbayes_sg import DivergenceError, SGBayesLogisticRegression  # noqa: E402
-from skbayes_sg._chains import run_chain  # noqa: E402
+from skbayes_sg._chains import ChainSpec, run_chain  # noqa: E402
 from skbayes_sg._geometry import Geometry  # noqa: E402
 from skbayes_sg.models import LogisticModel  # noqa: E402
 from skbayes_sg.models._map import _map_estimate  # noqa: E402
@@ -167,25 +167,15 @@ def time_per_iteration(est, X, y, n_iter=3000, repeats=3):
     model = LogisticModel(X, y)
     geometry = est._geometry
     chain_model = geometry.chain_model(model)
-    cv = geometry.control_variate(chain_model)
-    start = Geometry.to_chain(chain_model, est.samples_[0, -1])
     batch = est.diagnostics_["batch_size"]
+    gradient = geometry.gradient_spec(chain_model, batch, "replacement")
+    start = Geometry.to_chain(chain_model, est.samples_[0, -1])
     best = np.inf
     for _ in range(repeats):
         t0 = time.perf_counter()
+        context = FitContext(step=(est.diagnostics_["step_size"], {}))
         run_chain(
-            est._sampler,
-            chain_model,
-            start,
-            n_iter,
-            0,
-            1,
-            10,
-            batch,
-            "replacement",
-            np.random.SeedSequence(0),
-            FitContext(step=(est.diagnostics_["step_size"], {})),
-            control_variate=cv,
+            ChainSpec(est._sampler, chain_model, n_iter, 0, 1, 10, gradient, context), start, np.random.SeedSequence(0)
         )
         best = min(best, (time.perf_counter() - t0) / n_iter)
     return best

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from skbayes_sg._chains import ChainRunner
+from skbayes_sg._chains import ChainRunner, ChainSpec
+from skbayes_sg.minibatch import GradientSpec
 from skbayes_sg.models import LogisticModel
 from skbayes_sg.samplers import FitContext, MCCAdL
 
@@ -82,19 +83,8 @@ def main():
         sampler = MCCAdL(preconditioner="none")
         theta0 = np.zeros(model.n_params)
         for h in (1e-4, sampler.resolve_step_size(model, theta0)[0]):
-            runner = ChainRunner(
-                sampler,
-                model,
-                theta0,
-                10**9,
-                0,
-                10**6,
-                10,
-                500,
-                "replacement",
-                np.random.SeedSequence(0),
-                FitContext(step=(h, {})),
-            )
+            spec = ChainSpec(sampler, model, 10**9, 0, 10**6, 10, GradientSpec(500), FitContext(step=(h, {})))
+            runner = ChainRunner(spec, theta0, np.random.SeedSequence(0))
             rows = rows_rng.integers(0, X.shape[0], ROWS)
             out.append({"setting": "plain", "h": h, "batch": 500, **changes(runner, rows)})
             print(json.dumps(out[-1]), flush=True)

@@ -33,7 +33,7 @@ from scipy.special import expit, log_expit
 
 from skbayes_sg.minibatch import MinibatchGradient, TaylorControlVariateGradient
 from skbayes_sg.models import LogisticModel, find_map
-from skbayes_sg.multilevel import CoupledSGLD
+from skbayes_sg.multilevel import CoupledSGLD, estimate
 from skbayes_sg.samplers import MLSGLD
 from skbayes_sg.samplers._substeps import langevin_step
 
@@ -166,7 +166,8 @@ def cost_vs_N(probs, n_reps, variants_by_N, mala_steps, mala_burn, sink, target=
         for name in variants_by_N(prob.N):
             errs, costs, setups, t = [], [], [], time.time()
             for rep in range(n_reps):
-                res = _sampler(prob, target, name).estimate(
+                res = estimate(
+                    _sampler(prob, target, name),
                     prob.model,
                     prob.g,
                     theta0=prob.theta0,
@@ -260,7 +261,8 @@ def mlsgld_curve(prob, ks, n_reps, sink, name="antithetic+taylor"):
         target = 2.0 ** (-k / 2)
         errs, costs = [], []
         for rep in range(n_reps):
-            res = _sampler(prob, target, name).estimate(
+            res = estimate(
+                _sampler(prob, target, name),
                 prob.model,
                 prob.g,
                 theta0=prob.theta0,

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from skbayes_sg._chains import run_chain
+from skbayes_sg._chains import ChainSpec, run_chain
 from skbayes_sg.diagnostics import ess_bulk
+from skbayes_sg.minibatch import GradientSpec
 from skbayes_sg.models import NormalGammaModel
 from skbayes_sg.samplers import SGHMC, SGNHT, CCAdL, MCCAdL
 
@@ -64,18 +65,8 @@ def main():
         for A in (1.0, 10.0):
             for name, cls in SAMPLERS.items():
                 t0 = time.perf_counter()
-                res = run_chain(
-                    cls(step_size=h, friction=A),
-                    model,
-                    np.array([0.0, 1.0]),
-                    n_iter,
-                    n_iter // 5,
-                    1,
-                    n_iter,
-                    10,
-                    "replacement",
-                    np.random.SeedSequence(args.seed),
-                )
+                spec = ChainSpec(cls(step_size=h, friction=A), model, n_iter, n_iter // 5, 1, n_iter, GradientSpec(10))
+                res = run_chain(spec, np.array([0.0, 1.0]), np.random.SeedSequence(args.seed))
                 d = res.draws
                 ess = ess_bulk(d[None])
                 row = {

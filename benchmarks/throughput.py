@@ -35,7 +35,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from skbayes_sg import SGBayesLogisticRegression
-from skbayes_sg._chains import run_chain
+from skbayes_sg._chains import ChainSpec, run_chain
+from skbayes_sg.minibatch import GradientSpec
 from skbayes_sg.models import LogisticModel
 from skbayes_sg.samplers import SAMPLERS, FitContext
 
@@ -54,19 +55,9 @@ def load_a9a():
 def time_chain(sampler, model, n_steps, scheme, h):
     t0 = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
-        res = run_chain(
-            sampler,
-            model,
-            np.zeros(model.n_params),
-            n_steps,
-            n_steps // 5,
-            10,
-            1000,
-            BATCH,
-            scheme,
-            np.random.SeedSequence(0),
-            FitContext(step=(h, {})),
-        )
+        gradient = GradientSpec(BATCH, scheme)
+        spec = ChainSpec(sampler, model, n_steps, n_steps // 5, 10, 1000, gradient, FitContext(step=(h, {})))
+        res = run_chain(spec, np.zeros(model.n_params), np.random.SeedSequence(0))
     seconds = time.perf_counter() - t0
     assert np.isfinite(res.draws).all()
     return seconds

@@ -8,7 +8,7 @@ one ``SeedSequence``, so the draws are bit-identical whatever ``n_jobs`` is.
 import pickle
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
@@ -21,7 +21,7 @@ except ImportError:  # older joblib vendors it
 
 from ._progress import progress_bar
 from .exceptions import DivergenceError
-from .minibatch import ControlVariateGradient, MinibatchGradient
+from .minibatch import GradientSpec
 from .samplers._step_size import FitContext
 
 # How often (in iterations) a chain is checked for non-finite values between stored
@@ -95,6 +95,40 @@ def coarsened_thin(prev, need, span):
     return prev * k
 
 
+@dataclass
+class ChainSpec:
+    """What every chain of a run shares: the sampler, the model and the schedule.
+
+    Parameters
+    ----------
+    sampler : BaseSampler
+    model : Model
+        The chains run in the model's coordinates; a model with a ``to_theta`` map (a
+        :class:`~.models.WhitenedModel`) has its draws stored in ``theta``.
+    n_iter, n_burn, thin, max_draws : int
+        Iterations, of which ``n_burn`` are discarded; keep every ``thin``-th (raised to
+        respect ``max_draws``; None: no bound).
+    gradient : GradientSpec, optional
+        The gradient estimator each chain builds for itself
+        (:class:`~.minibatch.GradientSpec`: plain minibatches, with importance-sampled rows
+        or not, or a control variate); None: full-data gradients.
+    context : FitContext, optional
+        What the fit measured for every chain (:class:`~.samplers.FitContext`), from which
+        the sampler's ``init_state`` resolves the step size of a fresh chain. None:
+        ``FitContext(model)``, nothing measured (an ``"auto"`` step from the curvature at the
+        chain's start; :func:`start_chains` shares one among its chains, at the first start).
+    """
+
+    sampler: object
+    model: object
+    n_iter: int
+    n_burn: int = 0
+    thin: int = 1
+    max_draws: object = None
+    gradient: GradientSpec = None
+    context: FitContext = None
+
+
 class ChainRunner:
     """One chain that can be advanced in chunks and resumed.
 
@@ -105,71 +139,36 @@ class ChainRunner:
 
     Parameters
     ----------
-    sampler : BaseSampler
-    model : Model
+    spec : ChainSpec
+        The sampler, model, schedule, gradient estimator and step-size context.
     start : ndarray of shape (P,) or SamplerState
         Initial point, or the state of a chain to continue (``warm_start``).
-    n_iter, n_burn, thin, max_draws : int
-        Iterations, of which ``n_burn`` are discarded; keep every ``thin``-th (raised to
-        respect ``max_draws``).
-    batch_size : int or None
-    batch_scheme : str
     seed : numpy.random.SeedSequence
-    context : FitContext, optional
-        What the fit measured for every chain (:class:`~.samplers.FitContext`), from which
-        the sampler's ``init_state`` resolves the step size of a fresh chain. None:
-        ``FitContext(model)``, nothing measured (an ``"auto"`` step from the curvature at the
-        chain's start; :func:`start_chains` shares one among its chains, at the first start).
-    control_variate : tuple (theta_hat, g_hat) or None
-        Centre of the control-variate gradient estimator and the full-data log-likelihood
-        gradient there (:class:`~.minibatch.ControlVariateGradient`); None for plain
-        minibatch gradients.
-    row_probabilities : RowDistribution, optional
-        Importance-sampling distribution of the plain minibatches' rows (the likelihood
-        weights of a weighted fit, see :func:`skbayes_sg._geometry.row_distribution`);
-        None draws them uniformly.
     progress : dict, optional
         :meth:`progress` of an earlier run of this chain, with ``start`` its final state:
         the chain continues exactly where that run stopped (its generator, minibatch
         queue, iteration count, burn-in, adaptation and thinning grid), so that running in
-        parts gives the draws of one run. ``n_iter`` then counts from that run's start,
-        ``n_burn`` and ``seed`` are ignored, and the draws stored are those from the
+        parts gives the draws of one run. ``spec.n_iter`` then counts from that run's start,
+        ``spec.n_burn`` and ``seed`` are ignored, and the draws stored are those from the
         continuation's start on the thinning grid, coarsened (by a whole factor) if
         ``max_draws`` draws since the burn-in would be exceeded.
 
-    The chain runs in the model's coordinates; a model with a ``to_theta`` map (a
-    :class:`~.models.WhitenedModel`) has its draws stored in ``theta``.
+    The runner keeps the sampler and its own gradient estimator, never ``spec`` (whose model
+    travels beside the runner, see :func:`call_with_model`).
     """
 
-    def __init__(
-        self,
-        sampler,
-        model,
-        start,
-        n_iter,
-        n_burn,
-        thin,
-        max_draws,
-        batch_size,
-        batch_scheme,
-        seed,
-        context=None,
-        control_variate=None,
-        row_probabilities=None,
-        progress=None,
-    ):
+    def __init__(self, spec, start, seed=None, progress=None):
+        sampler, model = spec.sampler, spec.model
+        n_iter, n_burn, thin, max_draws = spec.n_iter, spec.n_burn, spec.thin, spec.max_draws
         self.sampler = sampler
         self.rng = np.random.default_rng(seed) if progress is None else _generator(progress["rng"])
-        if control_variate is None:
-            self.grad_estimator = MinibatchGradient(model, batch_size, batch_scheme, row_probabilities)
-        else:
-            self.grad_estimator = ControlVariateGradient(model, batch_size, batch_scheme, *control_variate)
+        self.grad_estimator = (GradientSpec() if spec.gradient is None else spec.gradient).build(model)
         if progress is not None:
             self.grad_estimator.restore_queue(progress["queue"])
         if hasattr(start, "theta"):
             self.state = start
         else:
-            context = FitContext(model) if context is None else context
+            context = FitContext(model) if spec.context is None else spec.context
             self.state = sampler.init_state(start, self.grad_estimator, self.rng, context)
         if progress is None:
             self.t = 0  # iterations done
@@ -353,28 +352,10 @@ def _unpickle_runner(state):
     return runner
 
 
-def run_chain(
-    sampler,
-    model,
-    start,
-    n_iter,
-    n_burn,
-    thin,
-    max_draws,
-    batch_size,
-    batch_scheme,
-    seed,
-    context=None,
-    control_variate=None,
-):
-    """Run one chain to the end and return its draws after burn-in (:class:`ChainResult`).
-
-    See :class:`ChainRunner` for the parameters.
-    """
-    runner = ChainRunner(
-        sampler, model, start, n_iter, n_burn, thin, max_draws, batch_size, batch_scheme, seed, context, control_variate
-    )
-    return runner.advance().result()
+def run_chain(spec, start, seed=None):
+    """Run one chain of ``spec`` (a :class:`ChainSpec`) from ``start`` to the end and return its
+    draws after burn-in (:class:`ChainResult`)."""
+    return ChainRunner(spec, start, seed).advance().result()
 
 
 def divergence_error(
@@ -438,47 +419,15 @@ def _advance(runner, model, n_steps):
     return runner
 
 
-def start_chains(
-    sampler,
-    model,
-    starts,
-    n_iter,
-    n_burn,
-    thin,
-    max_draws,
-    batch_size,
-    batch_scheme,
-    seeds,
-    context=None,
-    control_variate=None,
-    row_probabilities=None,
-    progress=None,
-):
-    """One :class:`ChainRunner` per start, not yet advanced (the model is detached from
-    them: :func:`advance_chains` passes it to each task). ``progress``: one
+def start_chains(spec, starts, seeds, progress=None):
+    """One :class:`ChainRunner` of ``spec`` per start, not yet advanced (the model is detached
+    from them: :func:`advance_chains` passes it to each task). ``progress``: one
     :meth:`ChainRunner.progress` per start, to continue those chains exactly."""
     progress = [None] * len(starts) if progress is None else progress
-    # One context for all the chains, so that they resolve one step size.
-    context = FitContext(model) if context is None else context
-    runners = [
-        ChainRunner(
-            sampler,
-            model,
-            start,
-            n_iter,
-            n_burn,
-            thin,
-            max_draws,
-            batch_size,
-            batch_scheme,
-            seed,
-            context,
-            control_variate,
-            row_probabilities,
-            prog,
-        )
-        for start, seed, prog in zip(starts, seeds, progress)
-    ]
+    if spec.context is None:
+        # One context for all the chains, so that they resolve one step size.
+        spec = replace(spec, context=FitContext(spec.model))
+    runners = [ChainRunner(spec, start, seed, prog) for start, seed, prog in zip(starts, seeds, progress)]
     for r in runners:
         r.grad_estimator.model = None
     return runners
@@ -585,39 +534,8 @@ def _round(parallel, runners, model, n_steps):
     return out
 
 
-def run_chains(
-    sampler,
-    model,
-    starts,
-    n_iter,
-    n_burn,
-    thin,
-    max_draws,
-    batch_size,
-    batch_scheme,
-    seeds,
-    context=None,
-    n_jobs=None,
-    verbose=0,
-    control_variate=None,
-):
-    """Run one chain per start in parallel with joblib; results in chain order.
-
-    See :class:`ChainRunner` for the parameters and :func:`advance_chains` for
-    ``n_jobs`` and ``verbose``.
-    """
-    runners = start_chains(
-        sampler,
-        model,
-        starts,
-        n_iter,
-        n_burn,
-        thin,
-        max_draws,
-        batch_size,
-        batch_scheme,
-        seeds,
-        context,
-        control_variate,
-    )
-    return [r.result() for r in advance_chains(runners, model, n_jobs, verbose)]
+def run_chains(spec, starts, seeds, n_jobs=None, verbose=0):
+    """Run one chain of ``spec`` (a :class:`ChainSpec`) per start in parallel with joblib;
+    results in chain order. See :func:`advance_chains` for ``n_jobs`` and ``verbose``."""
+    runners = start_chains(spec, starts, seeds)
+    return [r.result() for r in advance_chains(runners, spec.model, n_jobs, verbose)]

@@ -9,7 +9,8 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
-from ._estimator import BaseSGBayes, _check_target_length, epoch_permutation, validate_data
+from ._estimator import BaseSGBayes, _check_target_length, epoch_permutation
+from ._validation import validate_data
 
 #: Labels are checked and encoded this many rows at a time. sklearn's
 #: ``check_classification_targets`` and ``np.unique(y, return_inverse=True)`` sort whole

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .minibatch import ControlVariateGradient, MinibatchGradient, RowDistribution
+from .minibatch import GradientSpec, MinibatchGradient, RowDistribution, gradient_kind
 from .models import WhitenedModel
 from .preconditioning import curvature_factor, resolve_preconditioner
 from .samplers._step_size import largest_noise_eigenvalue
@@ -65,13 +65,16 @@ class Geometry:
             return model
         return WhitenedModel(model, self.theta_map, self.L)
 
-    def control_variate(self, chain_model):
-        """``(centre, g_hat, row_probabilities)`` for
-        :class:`~.minibatch.ControlVariateGradient`, in the chain's coordinates, or None."""
+    def gradient_spec(self, chain_model, batch_size, batch_scheme=None):
+        """The chains' :class:`~.minibatch.GradientSpec`: the control variate centred at the MAP
+        in the chain's coordinates (its full-data gradient computed here, once for all chains)
+        or plain minibatches, with the geometry's row probabilities."""
+        scheme = self.batch_scheme if batch_scheme is None else batch_scheme
         if self.gradient != "control_variate":
-            return None
+            return GradientSpec(batch_size, scheme, self.row_probabilities)
         centre = self.to_chain(chain_model, self.theta_map)
-        return centre, chain_model.log_likelihood_and_grad(centre)[1], self.row_probabilities
+        g_hat = chain_model.log_likelihood_and_grad(centre)[1]
+        return GradientSpec(batch_size, scheme, self.row_probabilities, centre, g_hat)
 
     @staticmethod
     def to_chain(chain_model, theta):
@@ -109,13 +112,7 @@ def build_geometry(
     start_at_map : bool
         The chains start at the MAP anyway (``init="map"``): keep it, the noise probe uses it.
     """
-    full = batch_size is None or batch_size >= model.n_samples
-    if full:
-        kind = "full"
-    elif gradient == "auto":
-        kind = "control_variate" if auto_control_variate else "minibatch"
-    else:
-        kind = gradient
+    kind = gradient_kind(gradient, batch_size, model.n_samples, auto_control_variate)
     requested = getattr(sampler, "preconditioner", "none")
     explicit_step = not (isinstance(getattr(sampler, "step_size", "auto"), str))
     if requested == "auto" and (not auto_preconditioner or explicit_step):
@@ -221,10 +218,8 @@ def noise_probe(chain_model, geometry, batch_size, batch_scheme="replacement", s
     else:
         d = np.abs(chain_model.hessian_diagonal(geometry.theta_map))
         point = geometry.theta_map + rng.standard_normal(P) / np.sqrt(np.maximum(d, 1e-300))
-    if geometry.gradient == "control_variate":
-        centre = Geometry.to_chain(chain_model, geometry.theta_map)
-        probe = ControlVariateGradient(chain_model, m, "replacement", centre, np.zeros(P), probs)
-    else:
-        probe = MinibatchGradient(chain_model, m, "replacement", row_probabilities=probs)
+    # The chains' estimator at the probe's size; its noise alone matters (g_hat is not needed).
+    centre = Geometry.to_chain(chain_model, geometry.theta_map) if geometry.gradient == "control_variate" else None
+    probe = GradientSpec(m, "replacement", probs, centre, None if centre is None else np.zeros(P)).build(chain_model)
     grads = probe.noise_gradients(point, rng)
     return largest_noise_eigenvalue(grads, chains.noise_scale)

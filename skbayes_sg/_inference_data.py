@@ -1,9 +1,13 @@
-"""``to_inference_data`` for an estimator or a Pipeline ending in one."""
+"""The ArviZ export: a fitted estimator's draws as an ``arviz.InferenceData``
+(:func:`inference_data`, the body of the estimators' ``to_inference_data``), and
+:func:`to_inference_data` for an estimator or a Pipeline ending in one."""
 
+import numpy as np
 from sklearn.pipeline import Pipeline
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ._estimator import BaseSGBayes
+from ._validation import validate_data
 
 
 def to_inference_data(estimator, X=None, y=None, *, feature_names=None, random_state=0):
@@ -46,7 +50,7 @@ def to_inference_data(estimator, X=None, y=None, *, feature_names=None, random_s
     """
     if isinstance(estimator, Pipeline):
         final = estimator[-1]
-        if not isinstance(final, BaseSGBayes):
+        if not _exports(final):
             raise TypeError(
                 f"to_inference_data() needs a Pipeline whose last step is a skbayes_sg estimator; its "
                 f"last step is {type(final).__name__}."
@@ -61,9 +65,66 @@ def to_inference_data(estimator, X=None, y=None, *, feature_names=None, random_s
             except (AttributeError, TypeError, ValueError):
                 feature_names = None  # a step that cannot name its outputs: the estimator's names
         estimator = final
-    elif not isinstance(estimator, BaseSGBayes):
+    elif not _exports(estimator):
         raise TypeError(
             f"to_inference_data() needs a fitted skbayes_sg estimator or a Pipeline ending in one; "
             f"got {type(estimator).__name__}."
         )
     return estimator.to_inference_data(X, y, feature_names=feature_names, random_state=random_state)
+
+
+def _exports(estimator):
+    """Whether ``estimator`` is a skbayes_sg estimator: one with the posterior variables this
+    export reads (every ``BaseSGBayes``)."""
+    return callable(getattr(estimator, "to_inference_data", None)) and callable(
+        getattr(estimator, "_posterior_variables", None)
+    )
+
+
+def inference_data(estimator, X=None, y=None, *, feature_names=None, random_state=0):
+    """The draws of a fitted skbayes_sg ``estimator`` as an ``arviz.InferenceData``.
+
+    The body of the estimators' ``to_inference_data`` (see
+    :meth:`SGBayesLogisticRegression.to_inference_data
+    <skbayes_sg.SGBayesLogisticRegression.to_inference_data>` for the parameters and groups):
+    it reads the estimator's ``_posterior_variables``, ``sample_stats_``, and for given data its
+    ``_sample_targets``, ``_check_targets`` and ``_log_likelihood``.
+    """
+    check_is_fitted(estimator, "samples_")
+    try:
+        import arviz as az
+    except ImportError:
+        raise ImportError(
+            "to_inference_data() needs arviz, an optional dependency: pip install arviz "
+            "(or pip install 'skbayes_sg[arviz]')."
+        ) from None
+    if estimator.sample_weight_ is not None:
+        raise ValueError(
+            "to_inference_data() needs equally weighted draws; a multilevel fit has signed "
+            "weights (see sample_weight_)."
+        )
+    if y is not None and X is None:
+        raise ValueError(
+            "to_inference_data() got y without X: the log likelihood needs the rows X of the "
+            "targets y; pass both (for LOO, the training data)."
+        )
+    variables, coords = estimator._posterior_variables(feature_names)
+    posterior = {name: array for name, (array, _) in variables.items()}
+    dims = {name: d for name, (_, d) in variables.items()}
+    stats = {name: values for name, values in estimator.sample_stats_.items()}
+    stats["step_size"] = np.full(estimator.samples_.shape[:2], estimator.diagnostics_.get("step_size", np.nan))
+    groups = {}
+    if X is None:
+        groups["observed_data"] = None if estimator._observed_y is None else {"y": estimator._observed_targets()}
+    else:
+        X = validate_data(estimator, X, dtype=np.float64, accept_sparse="csr", reset=False)
+        shape = estimator.samples_.shape[:2] + (X.shape[0],)
+        groups["posterior_predictive"] = {
+            "y": estimator._sample_targets(X, check_random_state(random_state)).reshape(shape)
+        }
+        if y is not None:
+            codes, observed = estimator._check_targets(y, X.shape[0])
+            groups["log_likelihood"] = {"y": estimator._log_likelihood(X, codes).reshape(shape)}
+            groups["observed_data"] = {"y": observed}
+    dims["y"] = ["obs"]
+    return az.from_dict(posterior=posterior, sample_stats=stats, coords=coords, dims=dims, **groups)

@@ -10,7 +10,8 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ._classifier import BaseSGBayesClassifier
-from ._estimator import BaseSGBayes, epoch_permutation, validate_data
+from ._estimator import BaseSGBayes, epoch_permutation
+from ._validation import validate_data
 from .exceptions import DivergenceError
 from .models import LinearRegressionModel, LogisticModel, SoftmaxModel
 from .models.glm import _memory_mapped

@@ -10,12 +10,17 @@ minibatches it shares between them: it draws the rows (``target.draw_rows``) and
 the same force for all paths at once at those rows (``target.gradient_paths``).
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .models._gradients import DensePerExampleGradients
 
 #: Minibatch schemes accepted by :class:`MinibatchGradient`.
 BATCH_SCHEMES = ("replacement", "epochs")
+
+#: Estimator values of ``gradient`` (see :func:`gradient_kind`).
+GRADIENTS = ("auto", "minibatch", "control_variate")
 
 
 class RowDistribution:
@@ -450,3 +455,51 @@ class TaylorControlVariateGradient(ControlVariateGradient):
         out += self.g_hat
         out += (thetas - self.theta_hat) @ self.H_hat
         out += scale * self.model.taylor_remainder_paths(thetas, self.theta_hat, rows, self._cache)
+
+
+def gradient_kind(gradient, batch_size, n_samples, auto_control_variate=True):
+    """The gradient estimator a fit's chains use: ``"full"``, ``"minibatch"`` or ``"control_variate"``.
+
+    Full data when ``batch_size`` is None or covers the ``n_samples`` rows; else the estimator's
+    ``gradient`` (one of :data:`GRADIENTS`), ``"auto"`` meaning the control variate when the
+    model's posterior has a meaningful centre (``auto_control_variate``) and plain minibatches
+    otherwise (the DRBM, multimodal by construction).
+    """
+    if batch_size is None or batch_size >= n_samples:
+        return "full"
+    if gradient == "auto":
+        return "control_variate" if auto_control_variate else "minibatch"
+    return gradient
+
+
+@dataclass(frozen=True)
+class GradientSpec:
+    """The gradient estimator every chain of a fit builds for itself (each its own minibatch queue).
+
+    The one place a chain's gradient estimator is chosen: :meth:`build` gives a
+    :class:`ControlVariateGradient` centred at ``centre`` when there is one, a
+    :class:`MinibatchGradient` otherwise (``batch_size`` None: the full data).
+
+    Attributes
+    ----------
+    batch_size : int or None
+    scheme : {"replacement", "epochs"}
+    row_probabilities : RowDistribution or None
+        The minibatches' importance-sampling distribution (None: uniform).
+    centre, g_hat : ndarray of shape (P,) or None
+        The control variate's centre and the full-data log-likelihood gradient there.
+    """
+
+    batch_size: object = None
+    scheme: str = "replacement"
+    row_probabilities: object = None
+    centre: object = None
+    g_hat: object = None
+
+    def build(self, model):
+        """A new gradient estimator of ``model``."""
+        if self.centre is None:
+            return MinibatchGradient(model, self.batch_size, self.scheme, self.row_probabilities)
+        return ControlVariateGradient(
+            model, self.batch_size, self.scheme, self.centre, self.g_hat, self.row_probabilities
+        )

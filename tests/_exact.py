@@ -14,8 +14,9 @@ from scipy.optimize import brentq
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
-from skbayes_sg._chains import run_chains
+from skbayes_sg._chains import ChainSpec, run_chains
 from skbayes_sg.diagnostics import mcse_mean
+from skbayes_sg.minibatch import GradientSpec
 from skbayes_sg.models import LinearRegressionModel
 from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, MCCAdL
 
@@ -63,15 +64,8 @@ def sample(sampler, model, start, n_iter, n_burn, batch_size, step_size, n_chain
     of the sampler modules apply to them.
     """
     results = run_chains(
-        with_step(sampler, step_size),
-        model,
+        ChainSpec(with_step(sampler, step_size), model, n_iter, n_burn, thin, None, GradientSpec(batch_size)),
         [np.asarray(start, float)] * n_chains,
-        n_iter,
-        n_burn,
-        thin,
-        None,
-        batch_size,
-        "replacement",
         np.random.SeedSequence(seed).spawn(n_chains),
     )
     draws = np.stack([r.draws for r in results])
@@ -573,18 +567,9 @@ class Case:
         summaries : list of dict
             Each chain's state ``summary()`` (e.g. SGHMC's ``noise_clipped``).
         """
-        results = run_chains(
-            with_step(self.sampler, self.h),
-            self.model,
-            [self.mean] * 4,
-            self.n_iter,
-            self.n_burn,
-            1,
-            None,
-            self.batch_size,
-            "replacement",
-            np.random.SeedSequence(seed).spawn(4),
-        )
+        sampler, gradient = with_step(self.sampler, self.h), GradientSpec(self.batch_size)
+        spec = ChainSpec(sampler, self.model, self.n_iter, self.n_burn, gradient=gradient)
+        results = run_chains(spec, [self.mean] * 4, np.random.SeedSequence(seed).spawn(4))
         draws = np.stack([r.draws for r in results])
         stats = {k: np.stack([r.stats[k] for r in results]) for k in results[0].stats}
         return draws, stats, [r.summary for r in results]

@@ -11,9 +11,11 @@ sync with the page (the page's literalinclude shows this file's lines).
 import numpy as np
 import pytest
 
-from skbayes_sg._chains import run_chains
+from skbayes_sg._chains import ChainSpec, run_chains
 from skbayes_sg.diagnostics import mcse_mean
+from skbayes_sg.minibatch import GradientSpec
 from skbayes_sg.models import DensePerExampleGradients, Model, find_map
+from skbayes_sg.multilevel import estimate
 from skbayes_sg.samplers import MLSGLD, MCCAdL
 
 
@@ -104,18 +106,14 @@ def test_example_sampled_with_mccadl_matches_the_exact_posterior():
     theta_map, mean, sd = _exact_moments(model)
     # -- fit: begin
     lam = np.linalg.eigvalsh(-model.posterior_hessian(theta_map))[-1]  # stiffest curvature
-    chains = run_chains(
+    spec = ChainSpec(
         MCCAdL(step_size=0.2 / np.sqrt(lam)),
         model,
-        starts=[theta_map] * 4,
         n_iter=5000,
         n_burn=1000,
-        thin=1,
-        max_draws=None,
-        batch_size=30,
-        batch_scheme="replacement",
-        seeds=np.random.SeedSequence(0).spawn(4),
+        gradient=GradientSpec(batch_size=30),  # minibatches of 30 rows (None: full data)
     )
+    chains = run_chains(spec, starts=[theta_map] * 4, seeds=np.random.SeedSequence(0).spawn(4))
     draws = np.stack([c.draws for c in chains])  # (chains, draws, P)
     # -- fit: end
     flat = draws.reshape(-1, model.n_params)
@@ -130,7 +128,7 @@ def test_example_estimated_with_multilevel_sgld_matches_the_exact_posterior():
     model = _problem()
     _, mean, sd = _exact_moments(model)
     # -- multilevel: begin
-    result = MLSGLD(target_rmse=0.1).estimate(model, random_state=0)
+    result = estimate(MLSGLD(target_rmse=0.1), model, random_state=0)
     # -- multilevel: end
     assert np.all(np.abs(result.estimate - mean) < 4 * result.rmse)
     assert np.all(result.rmse < 0.2 * sd)

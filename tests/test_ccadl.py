@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from skbayes_sg._chains import run_chain
+from skbayes_sg._chains import ChainSpec, run_chain
 from skbayes_sg.diagnostics import ess_bulk, mcse_mean
-from skbayes_sg.minibatch import MinibatchGradient
+from skbayes_sg.minibatch import GradientSpec, MinibatchGradient
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel
 from skbayes_sg.samplers import SGHMC, SGNHT, CCAdL, get_sampler
 from skbayes_sg.samplers.ccadl import MAX_FULL_PARAMS, _empirical_covariance
@@ -28,7 +28,9 @@ def _run(sampler, model, start, n_iter, batch_size, seeds, h):
     sampler = clone(sampler).set_params(step_size=h)
     results = [
         run_chain(
-            sampler, model, start, n_iter, n_iter // 5, 1, n_iter, batch_size, "replacement", np.random.SeedSequence(s)
+            ChainSpec(sampler, model, n_iter, n_iter // 5, 1, n_iter, GradientSpec(batch_size)),
+            start,
+            np.random.SeedSequence(s),
         )
         for s in seeds
     ]

@@ -12,7 +12,8 @@ distributed = pytest.importorskip("distributed")
 from joblib import parallel_config  # noqa: E402
 
 from skbayes_sg import SGBayesLogisticRegression  # noqa: E402
-from skbayes_sg._chains import run_chains  # noqa: E402
+from skbayes_sg._chains import ChainSpec, run_chains  # noqa: E402
+from skbayes_sg.minibatch import GradientSpec  # noqa: E402
 from skbayes_sg.models import LinearRegressionModel  # noqa: E402
 from skbayes_sg.samplers import SGLD, SGNHT  # noqa: E402
 
@@ -68,15 +69,8 @@ def test_model_is_sent_once_not_once_per_chain(client):
     _PICKLES.clear()
     with parallel_config(backend="dask"):
         run_chains(
-            SGNHT(step_size=1e-3),
-            model,
+            ChainSpec(SGNHT(step_size=1e-3), model, 50, 10, gradient=GradientSpec(100)),
             [np.zeros(model.n_params)] * 4,
-            50,
-            10,
-            1,
-            None,
-            100,
-            "replacement",
             seeds,
             n_jobs=-1,
         )

@@ -591,24 +591,25 @@ def test_auto_burn_in_and_max_draws_resolve_per_sampler_and_start():
 def test_map_start_chains_start_at_laplace_draws_with_the_map_curvature(monkeypatch):
     """init="map": every chain's proposal starts from c(P) L0 with L0 L0' = H^-1 at the MAP
     (computed once), and the chains start at draws of N(theta_map, L0 L0')."""
-    from skbayes_sg import _estimator
+    from skbayes_sg._fit import _run
+    from skbayes_sg.models._map import _map_estimate
 
     rng = np.random.default_rng(2)
     X = rng.normal(size=(300, 2)) * [1.0, 30.0] + [0.0, 50.0]  # unscaled: correlated with the intercept
     y = (X[:, 0] + 0.02 * (X[:, 1] - 50) + rng.normal(size=300) > 0).astype(int)
     captured = {}
-    real_start_chains = _estimator.start_chains
+    real_start_chains = _run.start_chains
 
-    def spy(sampler, model, starts, *args, **kwargs):
-        captured["starts"], captured["model"] = np.array(starts), model
-        return real_start_chains(sampler, model, starts, *args, **kwargs)
+    def spy(spec, starts, *args, **kwargs):
+        captured["starts"], captured["model"] = np.array(starts), spec.model
+        return real_start_chains(spec, starts, *args, **kwargs)
 
-    monkeypatch.setattr(_estimator, "start_chains", spy)
+    monkeypatch.setattr(_run, "start_chains", spy)
     n = 2000
     clf = SGBayesLogisticRegression(sampler="gadmala", batch_size=None, n_chains=n, n_iter=2, burn_in=1, random_state=0)
     clf.fit(X, y)
     model = captured["model"]
-    theta_map = _estimator._map_estimate(model)
+    theta_map = _map_estimate(model)
     L0 = np.linalg.cholesky(np.linalg.inv(model.hessian(theta_map)))
     z = np.linalg.solve(L0, (captured["starts"] - theta_map).T).T
     # Whitened by the exact factor the starts are N(0, I): mean within 4.5 standard errors,
@@ -642,14 +643,12 @@ def test_fixed_initial_factor_is_used_wherever_the_chain_starts():
 def test_draws_do_not_depend_on_how_the_run_is_cut(sampler):
     """The randomness drawn by blocks of iterations lives in the chain's state: advancing in
     chunks that do not align with the blocks gives the same draws as one call."""
-    from skbayes_sg._chains import ChainRunner
+    from skbayes_sg._chains import ChainRunner, ChainSpec
 
     model = small_logistic()
     runs = []
     for chunk in (None, 37):
-        runner = ChainRunner(
-            sampler, model, np.zeros(3), 700, 100, 1, None, None, "replacement", np.random.SeedSequence(5)
-        )
+        runner = ChainRunner(ChainSpec(sampler, model, 700, 100), np.zeros(3), np.random.SeedSequence(5))
         while not runner.done:
             runner.advance(chunk)
         runs.append(runner.draws)

@@ -333,11 +333,11 @@ def test_a_continuation_under_max_draws_1_keeps_a_draw(strict):
 def test_the_feature_scale_check_is_quiet_for_features_near_1e300(strict):
     # The standardise advice measures the features' sd spread; features of 1e300 overflowed
     # its squares (numpy warnings in a DRBM fit's warning path).
-    from skbayes_sg._estimator import _feature_scale_spread
+    from skbayes_sg._fit._messages import feature_scale_spread
 
     Z = np.random.default_rng(0).normal(size=(5000, 3))
     X = Z * np.array([1.0, 10.0, 1e300])
-    assert _feature_scale_spread(X) == pytest.approx(1e300 * Z[:, 2].std() / Z[:, 0].std(), rel=1e-6)
+    assert feature_scale_spread(X) == pytest.approx(1e300 * Z[:, 2].std() / Z[:, 0].std(), rel=1e-6)
 
 
 def test_features_near_1e300_give_a_value_error_from_the_adaptive_samplers(strict):
@@ -352,9 +352,9 @@ def test_features_near_1e300_give_a_value_error_from_the_adaptive_samplers(stric
 
 
 def test_the_feature_scale_spread_of_tiny_and_huge_columns_is_infinite_quietly(strict):
-    from skbayes_sg._estimator import _feature_scale_spread
+    from skbayes_sg._fit._messages import feature_scale_spread
 
-    assert _feature_scale_spread(np.c_[[1e-300, 0.0, 3e-300], [1e300, 0.0, 2e300]]) == np.inf
+    assert feature_scale_spread(np.c_[[1e-300, 0.0, 3e-300], [1e300, 0.0, 2e300]]) == np.inf
 
 
 def test_a_divergence_from_a_far_random_start_names_init_scale():

@@ -14,7 +14,7 @@ from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg.minibatch import MinibatchGradient, TaylorControlVariateGradient
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, NormalGammaModel, SoftmaxModel, find_map
 from skbayes_sg.models._map import _map_estimate, _newton_map
-from skbayes_sg.multilevel import CoupledSGLD
+from skbayes_sg.multilevel import CoupledSGLD, estimate
 from skbayes_sg.multilevel._coupling import _coarse_rows
 from skbayes_sg.samplers import MLSGLD, SGLD
 from skbayes_sg.samplers._substeps import langevin_step
@@ -233,7 +233,7 @@ def _normalised_errors(taylor, averaging, r, n_seeds):
     errs = []
     for seed in range(n_seeds):
         sampler = MLSGLD(eps, taylor=taylor, averaging=averaging)
-        res = sampler.estimate(model, g, theta0=mu, rmse_units="absolute", batch_size=6, random_state=seed)
+        res = estimate(sampler, model, g, theta0=mu, rmse_units="absolute", batch_size=6, random_state=seed)
         errs.append((res.estimate - exact) / eps)
     return np.array(errs)
 
@@ -265,8 +265,8 @@ def test_draws_and_weights_reproduce_the_estimate_and_do_not_depend_on_n_jobs(mo
         return gradient_paths(self, thetas, idx)
 
     monkeypatch.setattr(MinibatchGradient, "gradient_paths", counting)
-    a = sampler.estimate(model, None, **kwargs)
-    b = sampler.estimate(model, None, n_jobs=2, **kwargs)
+    a = estimate(sampler, model, None, **kwargs)
+    b = estimate(sampler, model, None, n_jobs=2, **kwargs)
     np.testing.assert_array_equal(a.estimate, b.estimate)
     np.testing.assert_array_equal(a.draws, b.draws)
     np.testing.assert_allclose(a.weights @ a.draws, a.estimate, atol=1e-12)
@@ -274,7 +274,7 @@ def test_draws_and_weights_reproduce_the_estimate_and_do_not_depend_on_n_jobs(mo
     # The stated cost is what the paths touched, level by level (sum_l N_l C_l).
     assert a.n_grad_evals == rows[0] == sum(lv["n_samples"] * lv["cost"] for lv in a.levels)
     assert a.n_iter * 5 == a.n_grad_evals
-    c = sampler.estimate(model, None, **{**kwargs, "random_state": 8})
+    c = estimate(sampler, model, None, **{**kwargs, "random_state": 8})
     assert not np.array_equal(a.estimate, c.estimate)
 
 
@@ -296,10 +296,10 @@ def test_estimate_starts_at_the_estimators_map_and_a_tighter_map_changes_it_by_f
     # moved by < 1e-3 posterior sd, so the estimate moves by a small fraction of its RMSE.
     model = _models(np.random.default_rng(6), N=200)["logistic"]
     sampler = MLSGLD(target_rmse=0.3, n_initial=30)
-    a = sampler.estimate(model, random_state=1)
+    a = estimate(sampler, model, random_state=1)
     np.testing.assert_array_equal(a.settings["theta0"], _map_estimate(model))
     assert a.n_grad_evals_setup > 3 * model.n_samples  # the MAP's passes are counted
-    b = sampler.estimate(model, theta0=_newton_map(model, tol=1e-12), random_state=1)
+    b = estimate(sampler, model, theta0=_newton_map(model, tol=1e-12), random_state=1)
     assert np.all(np.abs(a.estimate - b.estimate) < 0.05 * a.rmse), (a.estimate - b.estimate, a.rmse)
 
 
@@ -347,25 +347,26 @@ def test_mlsgld_rejects_bad_hyperparameters(params):
 def test_mlsgld_estimate_names_bad_arguments():
     model, mu, _ = _gaussian_problem(N=50)
     with pytest.raises(ValueError, match=r"theta0 must have shape \(3,\)"):
-        MLSGLD().estimate(model, theta0=mu[:2])
+        estimate(MLSGLD(), model, theta0=mu[:2])
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
-        MLSGLD().estimate(model, theta0=mu, batch_size=0)
+        estimate(MLSGLD(), model, theta0=mu, batch_size=0)
     with pytest.raises(ValueError, match="rmse_units must be 'absolute' or 'posterior_sd'"):
-        MLSGLD().estimate(model, theta0=mu, rmse_units="sd")
+        estimate(MLSGLD(), model, theta0=mu, rmse_units="sd")
     with pytest.raises(ValueError, match=r"target_rmse has shape \(2,\); g has 3 outputs"):
-        MLSGLD(target_rmse=[0.1, 0.1], n_initial=10).estimate(model, theta0=mu, rmse_units="absolute")
+        estimate(MLSGLD(target_rmse=[0.1, 0.1], n_initial=10), model, theta0=mu, rmse_units="absolute")
 
 
-def test_mlsgld_is_a_strategy_chosen_by_the_sampler_not_by_the_estimator():
-    # The estimator fits through sampler.fit_estimator; MLSGLD's is the multilevel strategy,
-    # which refuses partial_fit (the data grow, the levels cannot continue) and is no chain
-    # sampler: it has no transition of its own to step.
+def test_mlsgld_is_a_strategy_chosen_by_the_fit_layer_not_by_the_sampler():
+    # The fit layer (skbayes_sg._fit) fits an MLSGLD by the multilevel strategy, which refuses
+    # partial_fit (the data grow, the levels cannot continue); the sampler holds hyperparameters
+    # only: no fit_estimator calling back into the estimator, and no transition of its own.
     X = np.random.default_rng(0).standard_normal((30, 2))
     y = np.arange(30) % 2
     with pytest.raises(ValueError, match="partial_fit does not support multilevel samplers"):
         SGBayesLogisticRegression(sampler="mlsgld").partial_fit(X, y, classes=[0, 1])
     sampler = MLSGLD()
-    assert type(sampler).fit_estimator is not SGLD.fit_estimator
+    assert not hasattr(sampler, "fit_estimator") and not hasattr(SGLD(), "fit_estimator")
+    assert not hasattr(sampler, "estimate")
     with pytest.raises(NotImplementedError):
         sampler.step(None, None, None)
 

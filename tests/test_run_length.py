@@ -7,7 +7,7 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from skbayes_sg import SGBayesLinearRegression, _run_length
-from skbayes_sg._chains import ChainRunner, draw_schedule
+from skbayes_sg._chains import ChainRunner, ChainSpec, draw_schedule
 from skbayes_sg._run_length import Schedule, next_schedule, required_growth
 from skbayes_sg.models import LinearRegressionModel
 from skbayes_sg.samplers import SGLD
@@ -67,13 +67,13 @@ def test_extended_chain_equals_one_run_of_the_final_schedule():
     seed = np.random.SeedSequence(7)
     start = np.zeros(model.n_params)
     sampler = SGLD(step_size=0.002, preconditioner="none")
-    a = ChainRunner(sampler, model, start, 300, 60, 1, 100, None, "replacement", seed)
+    a = ChainRunner(ChainSpec(sampler, model, 300, 60, 1, 100), start, seed)
     a.advance()
     assert a.eff_thin == draw_schedule(300, 60, 1, 100)[0] == 3
     nxt = next_schedule(Schedule(300, 60, 3), _summary(50), 0.2, 100, 1)
     assert nxt.eff_thin % 3 == 0 and nxt.n_burn > 60
     a.extend(nxt.n_iter, nxt.n_burn, nxt.eff_thin).advance()
-    b = ChainRunner(sampler, model, start, nxt.n_iter, nxt.n_burn, nxt.eff_thin, None, None, "replacement", seed)
+    b = ChainRunner(ChainSpec(sampler, model, nxt.n_iter, nxt.n_burn, nxt.eff_thin), start, seed)
     b.advance()
     assert a.draws.shape == b.draws.shape == (nxt.n_draws, model.n_params)
     np.testing.assert_array_equal(a.draws, b.draws)
@@ -82,18 +82,8 @@ def test_extended_chain_equals_one_run_of_the_final_schedule():
 def test_extend_refuses_a_schedule_off_the_grid():
     X, y = _data()
     model = LinearRegressionModel(X, y, alpha=1.0, fit_intercept=True, noise_precision=1.0)
-    runner = ChainRunner(
-        SGLD(step_size=0.002, preconditioner="none"),
-        model,
-        np.zeros(model.n_params),
-        100,
-        20,
-        2,
-        None,
-        None,
-        "replacement",
-        np.random.SeedSequence(0),
-    )
+    spec = ChainSpec(SGLD(step_size=0.002, preconditioner="none"), model, 100, 20, 2)
+    runner = ChainRunner(spec, np.zeros(model.n_params), np.random.SeedSequence(0))
     with pytest.raises(ValueError, match="cannot extend"):
         runner.extend(200, 21, 2)
     with pytest.raises(ValueError, match="cannot extend"):

@@ -10,6 +10,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.exceptions import ConvergenceWarning
 
 from skbayes_sg import GradientNoiseWarning, SGBayesLogisticRegression
+from skbayes_sg._fit._messages import kinetic_temperature_message
 from skbayes_sg.samplers import SGHMC, SGLD, MCCAdL
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
@@ -49,7 +50,7 @@ def test_noise_controlling_sampler_is_not_advised_to_itself(cancer, sampler):
     X, y = cancer
     est = SGBayesLogisticRegression(sampler=sampler, n_iter=200, random_state=0).fit(X, y)
     est.sample_stats_["kinetic_temperature"] = np.full_like(est.sample_stats_["kinetic_temperature"], 3.0)
-    text = est._kinetic_temperature_message(est._sampler)
+    text = kinetic_temperature_message(est, est._sampler)
     assert text is not None and "ran hotter" in text
     assert ("(mccadl)" in text) == isinstance(sampler, SGHMC), text
 

@@ -14,7 +14,7 @@ MIN_LEVELS = 2
 
 @dataclass
 class MultilevelResult:
-    """Outcome of :meth:`MLSGLD.estimate <skbayes_sg.samplers.MLSGLD.estimate>` / :func:`mlmc`.
+    """Outcome of :func:`~skbayes_sg.multilevel.estimate` / :func:`mlmc`.
 
     ``estimate`` (q,) ``sum_l mean(Delta_l)`` of ``E[g]`` (paper eq. 4), its ``rmse``
     ``sqrt(sum_l V_l / N_l + bias^2)`` and ``target_rmse``; per level (``levels``) ``step_size``,
@@ -95,84 +95,135 @@ def mlmc(coupled, g, sampler, *, rmse_units="absolute", seed=None, n_jobs=None, 
     if not np.all(np.isfinite(target)) or np.any(target <= 0):
         raise ValueError(f"target_rmse must be positive and finite; got {sampler.target_rmse!r}.")
     seed = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    chunk, n_lev, L1 = coupled.chunk_size(), MIN_LEVELS + 1, max_levels + 1
-    N, dN = np.zeros(L1, dtype=np.int64), np.zeros(L1, dtype=np.int64)
+    chunk, L1 = coupled.chunk_size(), max_levels + 1
     cost = np.array([coupled.cost(level) for level in range(L1)], dtype=float)
-    sum1 = sum2 = eps = None
-    rnd, converged, kept = 0, True, [[] for _ in range(L1)]
-    dN[:n_lev] = sampler.n_initial
-    weak = var_rate = np.nan
+    tally = _Tally(L1, MIN_LEVELS + 1)
+    tally.dN[: tally.n_levels] = sampler.n_initial
+    eps, rnd = None, 0
     model = coupled.grad_estimator.model
     coupled.grad_estimator.model = None  # shipped once per task beside the coupling, as the chains' model
     try:  # in the chains' rounds: one Parallel, workers stopped on Ctrl-C, one progress bar
         with parallel_rounds(n_jobs, verbose, desc="MLSGLD", unit="data items") as (parallel, bar):
-            while dN.sum() > 0:
-                spent = float(N @ cost)
-                projected = spent + float(dN[:n_lev] @ cost[:n_lev])
-                if sampler.max_grad_evals is not None and projected > sampler.max_grad_evals:
-                    # The samples needed grow with the levels' variance, so with the features'
-                    # scale: unscaled data can ask for hours of paths.
-                    raise ValueError(
-                        f"the multilevel estimate would need about {projected:.3g} per-example gradient evaluations to "
-                        f"reach target_rmse, over max_grad_evals={sampler.max_grad_evals:.3g}. Increase target_rmse, "
-                        "standardise the features, or raise max_grad_evals."
-                    )
-                # Chunks of paths of sizes independent of n_jobs, on streams keyed by (level, round, chunk).
-                tasks = []
-                for lv in range(n_lev):
-                    for j, start in enumerate(range(0, dN[lv], chunk)):
-                        sd = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, lv, rnd, j))
-                        tasks.append((lv, int(min(chunk, dN[lv] - start)), np.random.default_rng(sd), g, keep_draws))
-                for (level, size, *_), res in zip(tasks, run_tasks(parallel, coupled, model, "sample", tasks)):
-                    if sum1 is None:
-                        sum1, sum2 = np.zeros((2, L1, res.delta.shape[1]))
-                    sum1[level] += res.delta.sum(axis=0)
-                    sum2[level] += (res.delta**2).sum(axis=0)
-                    N[level] += size
-                    if keep_draws:
-                        kept[level].append((res.points, res.coefs))
+            while tally.dN.sum() > 0:
+                n_lev = tally.n_levels
+                spent = float(tally.N @ cost)
+                projected = spent + float(tally.dN[:n_lev] @ cost[:n_lev])
+                _check_budget(sampler, projected)
+                tasks = _round_tasks(seed, tally.dN, n_lev, chunk, rnd, g, keep_draws)
+                tally.add(tasks, run_tasks(parallel, coupled, model, "sample", tasks), keep_draws)
                 if bar is not None:
                     bar.total = int(projected)
                     bar.update(int(projected - spent))
                 rnd += 1
-                Nl = N[:n_lev, None]
-                mean = sum1[:n_lev] / Nl
-                var = np.maximum(sum2[:n_lev] / Nl - mean**2, 0.0) * Nl / np.maximum(Nl - 1, 1)
+                mean, var = tally.moments()
                 if eps is None:  # from the first round: in units of g_j's sd at level 0 with "posterior_sd"
-                    scale = np.sqrt(var[0]) if rmse_units == "posterior_sd" else np.ones_like(var[0])
-                    if np.any(scale <= 0):
-                        raise ValueError("rmse_units='posterior_sd': g has zero spread at level 0; use absolute units.")
-                    if target.ndim and target.shape != scale.shape:
-                        raise ValueError(f"target_rmse has shape {target.shape}; g has {scale.size} outputs.")
-                    eps = target * scale
-                # Normalised by eps_j and maximised over coordinates: one scalar problem, eps = 1.
-                ml, Vl = np.max(np.abs(mean) / eps, axis=1), np.max(var / eps**2, axis=1)
-                # Giles' guard against (near) zero estimates on the finer levels.
-                a_guard = weak if np.isfinite(weak) else 1.0
-                b_guard = var_rate if np.isfinite(var_rate) else 1.0
-                for level in range(2, n_lev):
-                    ml[level] = max(ml[level], 0.5 * ml[level - 1] / 2**a_guard)
-                    Vl[level] = max(Vl[level], 0.5 * Vl[level - 1] / 2**b_guard)
-                weak, var_rate = (max(0.5, 1.0 if not np.isfinite(r) else r) for r in map(_regress_rate, (ml, Vl)))
-                dN[:] = 0
-                dN[:n_lev] = np.maximum(0, _optimal_samples(Vl, cost[:n_lev]) - N[:n_lev])
-                if np.all(dN[:n_lev] <= 0.01 * N[:n_lev]) and _bias_estimate(ml, weak) > 1.0 / math.sqrt(2.0):
-                    if n_lev - 1 >= max_levels:
-                        converged = False
-                    else:
-                        Vl = np.append(Vl, Vl[-1] / 2**var_rate)
-                        n_lev += 1
-                        Ns = _optimal_samples(Vl, cost[:n_lev])
-                        Ns[-1] = max(Ns[-1], sampler.n_initial)
-                        dN[:n_lev] = np.maximum(0, Ns - N[:n_lev])
+                    eps = _absolute_target(target, var[0], rmse_units)
+                _allocate(tally, mean, var, eps, cost, sampler)
     finally:
         coupled.grad_estimator.model = model
 
-    if not converged:
+    if not tally.converged:
         msg = f"MLSGLD reached max_levels={max_levels} with the estimated bias above target_rmse / sqrt(2); the "
         warnings.warn(msg + "estimate's RMSE may exceed the target. Increase max_levels or the horizon.", stacklevel=2)
     # The last round's moments are every level's: the loop ends only when no level gets samples.
-    Nl = N[:n_lev]
+    return _result(coupled, tally, mean, var, cost, eps, keep_draws)
+
+
+class _Tally:
+    """The running sums of Giles' algorithm: samples ``N`` per level, the sums of ``Delta_l`` and
+    of its square, the kept states, the samples the next round adds (``dN``), the levels in use,
+    the decay rates and whether the bias met the target."""
+
+    def __init__(self, n_max, n_levels):
+        self.N, self.dN = np.zeros(n_max, dtype=np.int64), np.zeros(n_max, dtype=np.int64)
+        self.sum1 = self.sum2 = None
+        self.kept = [[] for _ in range(n_max)]
+        self.n_levels, self.converged = n_levels, True
+        self.weak = self.var_rate = np.nan
+
+    def add(self, tasks, results, keep_draws):
+        """Add a round's :class:`~._coupling.LevelSample` results of ``tasks``."""
+        for (level, size, *_), res in zip(tasks, results):
+            if self.sum1 is None:
+                self.sum1, self.sum2 = np.zeros((2, self.N.size, res.delta.shape[1]))
+            self.sum1[level] += res.delta.sum(axis=0)
+            self.sum2[level] += (res.delta**2).sum(axis=0)
+            self.N[level] += size
+            if keep_draws:
+                self.kept[level].append((res.points, res.coefs))
+
+    def moments(self):
+        """Mean and (unbiased) variance of ``Delta_l`` per level in use, shape (levels, q)."""
+        Nl = self.N[: self.n_levels, None]
+        mean = self.sum1[: self.n_levels] / Nl
+        var = np.maximum(self.sum2[: self.n_levels] / Nl - mean**2, 0.0) * Nl / np.maximum(Nl - 1, 1)
+        return mean, var
+
+
+def _check_budget(sampler, projected):
+    """Raise when the round would take the estimate over ``sampler.max_grad_evals``."""
+    if sampler.max_grad_evals is not None and projected > sampler.max_grad_evals:
+        # The samples needed grow with the levels' variance, so with the features' scale:
+        # unscaled data can ask for hours of paths.
+        raise ValueError(
+            f"the multilevel estimate would need about {projected:.3g} per-example gradient evaluations to "
+            f"reach target_rmse, over max_grad_evals={sampler.max_grad_evals:.3g}. Increase target_rmse, "
+            "standardise the features, or raise max_grad_evals."
+        )
+
+
+def _round_tasks(seed, dN, n_lev, chunk, rnd, g, keep_draws):
+    """A round's chunks of paths, of sizes independent of n_jobs, on streams keyed by (level, round, chunk)."""
+    tasks = []
+    for lv in range(n_lev):
+        for j, start in enumerate(range(0, dN[lv], chunk)):
+            sd = np.random.SeedSequence(seed.entropy, spawn_key=(*seed.spawn_key, lv, rnd, j))
+            tasks.append((lv, int(min(chunk, dN[lv] - start)), np.random.default_rng(sd), g, keep_draws))
+    return tasks
+
+
+def _absolute_target(target, var0, rmse_units):
+    """``eps`` per output: ``target``, in units of each output's sd at level 0 with "posterior_sd"."""
+    scale = np.sqrt(var0) if rmse_units == "posterior_sd" else np.ones_like(var0)
+    if np.any(scale <= 0):
+        raise ValueError("rmse_units='posterior_sd': g has zero spread at level 0; use absolute units.")
+    if target.ndim and target.shape != scale.shape:
+        raise ValueError(f"target_rmse has shape {target.shape}; g has {scale.size} outputs.")
+    return target * scale
+
+
+def _allocate(tally, mean, var, eps, cost, sampler):
+    """Giles' update of the rates, of the samples each level gets next (``tally.dN``) and of the
+    levels: a level is added while the bias estimate exceeds ``eps / sqrt 2``."""
+    n_lev = tally.n_levels
+    # Normalised by eps_j and maximised over coordinates: one scalar problem, eps = 1.
+    ml, Vl = np.max(np.abs(mean) / eps, axis=1), np.max(var / eps**2, axis=1)
+    # Giles' guard against (near) zero estimates on the finer levels.
+    a_guard = tally.weak if np.isfinite(tally.weak) else 1.0
+    b_guard = tally.var_rate if np.isfinite(tally.var_rate) else 1.0
+    for level in range(2, n_lev):
+        ml[level] = max(ml[level], 0.5 * ml[level - 1] / 2**a_guard)
+        Vl[level] = max(Vl[level], 0.5 * Vl[level - 1] / 2**b_guard)
+    weak, var_rate = (max(0.5, 1.0 if not np.isfinite(r) else r) for r in map(_regress_rate, (ml, Vl)))
+    tally.weak, tally.var_rate = weak, var_rate
+    N, dN = tally.N, tally.dN
+    dN[:] = 0
+    dN[:n_lev] = np.maximum(0, _optimal_samples(Vl, cost[:n_lev]) - N[:n_lev])
+    if np.all(dN[:n_lev] <= 0.01 * N[:n_lev]) and _bias_estimate(ml, weak) > 1.0 / math.sqrt(2.0):
+        if n_lev - 1 >= sampler.max_levels:
+            tally.converged = False
+        else:
+            Vl = np.append(Vl, Vl[-1] / 2**var_rate)
+            n_lev = tally.n_levels = n_lev + 1
+            Ns = _optimal_samples(Vl, cost[:n_lev])
+            Ns[-1] = max(Ns[-1], sampler.n_initial)
+            dN[:n_lev] = np.maximum(0, Ns - N[:n_lev])
+
+
+def _result(coupled, tally, mean, var, cost, eps, keep_draws):
+    """The :class:`MultilevelResult` of the final round's moments."""
+    n_lev = tally.n_levels
+    Nl = tally.N[:n_lev]
     levels = [
         {
             "level": lv,
@@ -188,17 +239,17 @@ def mlmc(coupled, g, sampler, *, rmse_units="absolute", seed=None, n_jobs=None, 
     evals = int(Nl @ cost[:n_lev])
     result = MultilevelResult(
         estimate=mean.sum(axis=0),
-        rmse=np.sqrt((var / Nl[:, None]).sum(axis=0) + _bias_estimate(np.abs(mean), weak) ** 2),
+        rmse=np.sqrt((var / Nl[:, None]).sum(axis=0) + _bias_estimate(np.abs(mean), tally.weak) ** 2),
         target_rmse=np.asarray(eps, dtype=float),
         levels=levels,
         n_grad_evals=evals,
         n_iter=evals // coupled.batch_size,
-        converged=converged,
-        weak_rate=float(weak),
-        variance_rate=float(var_rate),
+        converged=tally.converged,
+        weak_rate=float(tally.weak),
+        variance_rate=float(tally.var_rate),
     )
     if keep_draws:
-        pieces = [(pts, coefs / Nl[lv]) for lv in range(n_lev) for pts, coefs in kept[lv]]
+        pieces = [(pts, coefs / Nl[lv]) for lv in range(n_lev) for pts, coefs in tally.kept[lv]]
         result.draws = np.concatenate([pts.reshape(-1, pts.shape[-1]) for pts, _ in pieces])
         result.weights = np.concatenate([np.tile(w, pts.shape[0]) for pts, w in pieces])
     return result

@@ -170,19 +170,7 @@ class BaseSampler(BaseEstimator):
             info["predicted_noise_error"] = self.predicted_noise_error(h, sigma_max)
         return h, info
 
-    # -- estimation strategy ------------------------------------------------------------
-    def fit_estimator(self, estimator, X, y, model, batch_size, streaming=False):
-        """Fit ``estimator`` on ``model`` (built from validated ``X`` and encoded ``y``): how
-        draws are made with this sampler.
-
-        The estimators call this and nothing else. The default runs Markov chains of
-        :meth:`step` through the shared chain driver (:mod:`skbayes_sg._chains`);
-        a sampler that is an estimation strategy of its own (:class:`~.MLSGLD`) overrides it.
-        ``batch_size`` is the estimator's resolved minibatch size, ``streaming`` True for
-        ``partial_fit``.
-        """
-        return estimator._fit_chains(self, X, y, model, batch_size, streaming)
-
+    # -- step size of a fit ---------------------------------------------------------------
     def step_size_for(self, context, theta0=None):
         """The step size ``h`` of a fit: resolved from ``context`` (a
         :class:`~._step_size.FitContext`) the first time, then the same for every chain.

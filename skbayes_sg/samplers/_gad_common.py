@@ -30,7 +30,7 @@ from sklearn.utils._param_validation import StrOptions
 from .. import preconditioning
 from ..preconditioning import curvature_factor, resolve_preconditioner
 from ._base import OPEN_UNIT_INTERVAL, POSITIVE, BaseSampler
-from ._state import GadState, MetropolisInfo
+from ._state import GadState, MetropolisInfo, compose
 from ._step_size import largest_curvature
 
 #: Decay of RMSprop's running mean of squared gradients (section 2.1: G_t = 0.9 G_{t-1} + 0.1 g^2).
@@ -96,15 +96,6 @@ class _DiagonallyScaled:
 
     def hessian_vector_product(self, theta, v, eps=None):
         return self.d * self.model.hessian_vector_product(theta, self.d * v)
-
-
-def compose(L0, M):
-    """``L0 M``: lower-triangular (P, P) if either factor is, else diagonal (P,)."""
-    if L0 is None:
-        return M
-    if L0.ndim == 2:
-        return L0 @ (M if M.ndim == 2 else np.diag(M))
-    return L0[:, None] * M if M.ndim == 2 else L0 * M
 
 
 def gaussian_acceptance(sampler_cls, c, chi2):

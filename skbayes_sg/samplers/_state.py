@@ -21,6 +21,15 @@ from typing import NamedTuple
 import numpy as np
 
 
+def compose(L0, M):
+    """``L0 M``: lower-triangular (P, P) if either factor is, else diagonal (P,)."""
+    if L0 is None:
+        return M
+    if L0.ndim == 2:
+        return L0 @ (M if M.ndim == 2 else np.diag(M))
+    return L0[:, None] * M if M.ndim == 2 else L0 * M
+
+
 # -- states ---------------------------------------------------------------------------------
 @dataclass
 class SamplerState:
@@ -191,8 +200,6 @@ class GadState(SamplerState):
 
     def proposal_factor(self):
         """The proposal's Cholesky factor ``L = L0 M`` (or its diagonal), formed."""
-        from ._gad_common import compose
-
         return compose(self.L0, self.L)
 
     def summary(self):
