@@ -7,7 +7,10 @@ from scipy import stats
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from skbayes_sg import SGBayesPoissonRegressor
+from skbayes_sg.diagnostics import mcse_mean
 from skbayes_sg.models import PoissonModel
+
+from ._exact import Z_MAX, mcse_sd, poisson_reference
 
 FAST = dict(n_iter=300, n_chains=2, random_state=0)
 
@@ -129,3 +132,54 @@ def test_warm_start_appends_draws(counts):
     n = reg.samples_.shape[1]
     reg.fit(X, y, exposure=exposure)
     assert reg.samples_.shape[1] > n and reg.n_iter_ == 600
+
+
+# -- exact at the defaults -------------------------------------------------------------------
+
+
+def _assert_exact(reg, ref):
+    """The issue's criteria, within 0.1 posterior sd (rms over the parameters) of the exact means
+    and sd ratios in 0.9-1.1, and each mean and sd within ``Z_MAX`` of its Monte Carlo error
+    (the fit's and the reference's, combined)."""
+    draws = reg.samples_
+    flat = draws.reshape(-1, draws.shape[-1])
+    mean, sd = flat.mean(axis=0), flat.std(axis=0, ddof=1)
+    z = (mean - ref.mean) / ref.sd
+    ratio = sd / ref.sd
+    z_mean = (mean - ref.mean) / np.hypot(mcse_mean(draws), ref.mcse_mean)
+    z_sd = (sd - ref.sd) / np.hypot(mcse_sd(draws), ref.mcse_sd)
+    report = f"z {np.round(z, 3)}, sd ratios {np.round(ratio, 3)}, "
+    report += f"in MCSE: means {np.round(z_mean, 1)}, sds {np.round(z_sd, 1)}"
+    assert np.sqrt(np.mean(z**2)) < 0.1, report
+    assert np.all((ratio > 0.9) & (ratio < 1.1)), report
+    assert np.all(np.abs(z_mean) < Z_MAX) and np.all(np.abs(z_sd) < Z_MAX), report
+
+
+@pytest.mark.statistical
+def test_default_fit_is_exact_with_features_on_very_different_scales():
+    # Columns of sd 1e-3 .. 1e3, raw: the posterior sds span 1e-5 .. 1 (the first weight is
+    # prior-dominated), a condition number of 1e10 that the whitening at the MAP removes.
+    rng = np.random.default_rng(20261127)
+    scales = np.array([1e-3, 1e-1, 1e1, 1e3])
+    X = rng.standard_normal((2000, 4)) * scales
+    coef = 0.3 / scales
+    coef[0] = 0.5
+    y = rng.poisson(np.exp(0.5 + X @ coef))
+    ref = poisson_reference(X, y, n_draws=4000)
+    assert ref.ess > 3000  # the t proposal covers the posterior: weights nearly even
+    reg = SGBayesPoissonRegressor(random_state=0).fit(X, y)
+    _assert_exact(reg, ref)
+
+
+@pytest.mark.statistical
+def test_default_fit_is_exact_on_randhie_doctor_visits():
+    # statsmodels' RAND health insurance experiment: 20,190 rows, 9 raw covariates, y = mdvis.
+    # N P > 200,000, so the default fit runs minibatches of 200 with control variates.
+    datasets = pytest.importorskip("statsmodels.datasets")
+    data = datasets.randhie.load_pandas()
+    X, y = data.exog.to_numpy(float), data.endog.to_numpy(float)
+    ref = poisson_reference(X, y, n_draws=5000)
+    assert ref.ess > 3500
+    reg = SGBayesPoissonRegressor(random_state=0).fit(X, y)
+    assert reg.diagnostics_["batch_size"] == 200 and reg.diagnostics_["gradient"] == "control_variate"
+    _assert_exact(reg, ref)
