@@ -6,8 +6,8 @@ Run once on the tree before the change with ``--save before.json`` and once afte
 case's draws, sample statistics, gradient count or predictions differ in a single bit.
 
 The cases cover every sampler through the estimators (with plain and control-variate
-gradients, whitened and not), the three model families (logistic, softmax, linear regression
-with its noise precision), the DRBM, every way rows are held (dense, sparse one-hot rows,
+gradients, whitened and not), the model families (logistic, softmax, linear regression
+with its noise precision, Poisson with an exposure), the DRBM, every way rows are held (dense, sparse one-hot rows,
 one-byte integer copies, memory-mapped), sample weights, multilevel SGLD (antithetic
 and plain), and a warm-started continuation.
 """
@@ -23,7 +23,12 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.datasets import load_breast_cancer, load_iris, make_regression
 
-from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
+from skbayes_sg import (
+    SGBayesDRBMClassifier,
+    SGBayesLinearRegression,
+    SGBayesLogisticRegression,
+    SGBayesPoissonRegressor,
+)
 from skbayes_sg.samplers import MLSGLD, SGLD
 
 
@@ -47,7 +52,12 @@ def _data():
     yb = (Xb[:, :5].sum(1) + rng.standard_normal(600) > 1.0).astype(int)
     Xn = rng.integers(0, 5, (500, 8)).astype(float)  # small integers: one-byte copies
     yn = (Xn @ rng.standard_normal(8) + rng.standard_normal(500) > 0).astype(int)
-    return dict(cancer=(Xc, yc), iris=(Xi, yi), reg=(Xr, yr), onehot=(Xb, yb), ints=(Xn, yn))
+    # Counts with an exposure, from a stream of their own (the other cases' data stay as they were).
+    rng = np.random.default_rng(28)
+    Xp = rng.standard_normal((400, 4))
+    exposure = rng.uniform(0.5, 2.0, 400)
+    yp = rng.poisson(exposure * np.exp(0.3 + Xp @ [0.4, -0.3, 0.2, 0.0]))
+    return dict(cancer=(Xc, yc), iris=(Xi, yi), reg=(Xr, yr), onehot=(Xb, yb), ints=(Xn, yn), counts=(Xp, yp, exposure))
 
 
 def _cases(data):
@@ -111,6 +121,13 @@ def _cases(data):
         Xs,
         yc,
         {},
+    )
+    Xp, yp, exposure = data["counts"]
+    cases["poisson-exposure"] = (
+        SGBayesPoissonRegressor(n_iter=300, batch_size=50, **kw),
+        Xp,
+        yp,
+        {"exposure": exposure},
     )
     return cases
 

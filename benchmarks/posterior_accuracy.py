@@ -56,6 +56,16 @@ Parts (``--part``)
     ``alpha=1`` on the coefficients and ``alpha_intercept=0.01`` on the intercept) against
     the HMC reference of that prior, ``a9a_default``; and the Laplace approximation's
     errors. The part checks that the estimator's default prior is the reference's.
+``poisson``
+    ``SGBayesPoissonRegressor(sampler=name, random_state=0, n_jobs=2).fit(X, y)`` (the default
+    prior ``alpha=1``, ``alpha_intercept=0.01``) on ``scales_2e3`` and ``scales_5e4``
+    (synthetic counts from 4 raw ``N(0, s_j^2)`` features, ``s = 1e-3, 1e-1, 1e1, 1e3``, true
+    weights ``0.3 / s_j`` but 0.5 on the first, intercept 0.5, seeded; N = 2,000 (full-data
+    gradients) and 50,000 (minibatches of 200 with control variates)) and ``randhie``
+    (statsmodels' RAND health insurance data, 20,190 x 9 raw covariates, ``y = mdvis``),
+    against the exact posterior by importance sampling from a multivariate t at the Laplace
+    approximation (``tests/_exact.py: poisson_reference``, 40,000 proposals; its ESS and
+    MCSEs are reported and added in quadrature).
 ``unscaled``
     ``a9a_unscaled`` (three columns x1000) and ``breast_cancer_raw`` (raw features),
     default estimator (mccadl) and sgld, no user scaling; requirement: R-hat < 1.01 and the
@@ -422,6 +432,40 @@ def part_logistic(emit, quick, samplers, problems, configs_for, default_prior=Fa
         del X, y
 
 
+def poisson_problem(name):
+    """``(X, y)`` of a Poisson accuracy problem (see the ``poisson`` part)."""
+    if name == "randhie":
+        import statsmodels.datasets
+
+        data = statsmodels.datasets.randhie.load_pandas()
+        return data.exog.to_numpy(float), data.endog.to_numpy(float)
+    N = {"scales_2e3": 2000, "scales_5e4": 50_000}[name]
+    rng = np.random.default_rng([20261127, N])
+    scales = np.array([1e-3, 1e-1, 1e1, 1e3])
+    X = rng.standard_normal((N, 4)) * scales
+    coef = 0.3 / scales
+    coef[0] = 0.5
+    return X, rng.poisson(np.exp(0.5 + X @ coef)).astype(float)
+
+
+def part_poisson(emit, quick, samplers):
+    sys.path.insert(0, str(HERE.parent))
+    from skbayes_sg import SGBayesPoissonRegressor
+    from tests._exact import poisson_reference
+
+    for problem in ("scales_2e3",) if quick else ("scales_2e3", "scales_5e4", "randhie"):
+        X, y = poisson_problem(problem)
+        t0 = time.perf_counter()
+        ref = poisson_reference(X, y, n_draws=10_000 if quick else 40_000)
+        base = {"part": "poisson", "problem": problem, "N": int(X.shape[0]), "D": int(X.shape[1])}
+        emit({**base, "kind": "reference", "ref_ess": _r(ref.ess, 5), "seconds": _r(time.perf_counter() - t0, 3)})
+        for name in samplers:
+            est = SGBayesPoissonRegressor(sampler=name, random_state=0, n_jobs=2)
+            rec = {**base, "kind": "fit", "sampler": name, "config": "default", "ref_ess": _r(ref.ess, 5)}
+            rec.update(run_fit(est, X, y, ref.mean, ref.sd, ref.mcse_mean, np.full(ref.mean.size, ref.ess)))
+            emit(rec)
+
+
 def a9a_configs(quick, samplers):
     n_iter = {"n_iter": 1000} if quick else {}
     out = [(name, "default", {"sampler": name, **n_iter}) for name in samplers]
@@ -503,7 +547,7 @@ def markdown_tables(records):
                 f"{_fmt(r['pass_raw'])} | {_fmt(r['pass_mcse'])} |"
             )
         lines.append("")
-    for part in ("a9a", "a9a_default", "unscaled"):
+    for part in ("a9a", "a9a_default", "unscaled", "poisson"):
         rows = [r for r in records if r.get("part") == part and r.get("kind") in ("fit", "laplace")]
         if not rows:
             continue
@@ -698,7 +742,9 @@ def plot(records, path):
 # -- main -------------------------------------------------------------------------------
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("gaussian", "a9a", "a9a_default", "unscaled", "all"), default="all")
+    parser.add_argument(
+        "--part", choices=("gaussian", "a9a", "a9a_default", "unscaled", "poisson", "all"), default="all"
+    )
     parser.add_argument("--quick", action="store_true", help="small smoke version (N <= 1e4, D = 5, few fits)")
     parser.add_argument(
         "--samplers",
@@ -750,13 +796,15 @@ def main():
             "sklearn": sklearn.__version__,
         }
     )
-    parts = ("gaussian", "a9a", "a9a_default", "unscaled") if args.part == "all" else (args.part,)
+    parts = ("gaussian", "a9a", "a9a_default", "unscaled", "poisson") if args.part == "all" else (args.part,)
     t0 = time.perf_counter()
     for part in parts:
         if part == "gaussian":
             part_gaussian(emit, args.quick, samplers)
         elif part == "a9a":
             part_logistic(emit, args.quick, samplers, ("a9a",), a9a_configs)
+        elif part == "poisson":
+            part_poisson(emit, args.quick, samplers)
         elif part == "a9a_default":
             part_logistic(emit, args.quick, samplers, ("a9a_default",), a9a_default_configs, default_prior=True)
         else:

@@ -9,6 +9,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import diagnostics
 from ._classifier import BaseSGBayesClassifier
+from ._docstrings import fill_docstring
 from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX, required_growth
 from .linear_model import _SparseInput
 from .models.drbm import DRBMModel
@@ -46,6 +47,7 @@ MONITOR_ROWS = 256
 _MONITOR_CHUNK = 256
 
 
+@fill_docstring
 class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     """Bayesian discriminative restricted Boltzmann machine sampled by SG-MCMC.
 
@@ -91,13 +93,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         of magnitude below the minibatch noise, and gives the same posterior predictive
         within Monte Carlo error; the chains' parameters, the force and the draws stay
         double. ``"float64"`` for exact gradients (as the linear models use).
-    sampler : str or sampler instance, default="mccadl"
-        The MCMC transition: a name (``"mccadl"``, ``"sgnht"``, ``"sghmc"``, ``"sgld"``,
-        ``"gadmala"``...: the lower-case class names of :mod:`skbayes_sg.samplers`) or an
-        instance such as ``SGHMC(step_size=1e-3, friction=10)``, whose hyperparameters can
-        be tuned as ``sampler__step_size`` in ``GridSearchCV``. The default, mCCAdL,
-        controls the parameter-dependent minibatch noise that biases SGHMC and SGNHT (see
-        :class:`~skbayes_sg.samplers.MCCAdL`).
+    {sampler}
     n_iter : int or "auto", default="auto"
         Sampler iterations per chain, burn-in included. ``"auto"`` runs in blocks until the
         predictive has converged (the per-draw training log loss has split R-hat below 1.01
@@ -109,17 +105,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         on. The weights' own R-hat is not used: hidden
         units can swap, so it need not fall below 1.01 even when the predictive has
         converged.
-    burn_in : float in [0, 1), int or "auto", default="auto"
-        Iterations discarded at the start of each chain: a fraction of ``n_iter`` (of the
-        final length with ``"auto"``) or a count (which must be below ``n_iter``).
-        ``"auto"``: 0.2, as in the papers, except for the adaptive samplers (``"gadmala"``,
-        ``"gadrwm"``) under ``init="map"``: their chains start at draws of the Laplace
-        approximation with a proposal already scaled to the curvature at the MAP, so their
-        burn-in only refines it, and 0.05 (250 iterations of the first 5,000 with
-        ``n_iter="auto"``) gives the acceptance and ESS per draw of 1,000 (see
-        :ref:`burn-in`).
-    thin : int, default=1
-        Keep every ``thin``-th iteration after burn-in.
+    {burn_in}
+    {thin}
     batch_size : int, "auto" or None, default="auto"
         Minibatch size ``n``. ``"auto"`` uses the full data when a full gradient is cheap
         (``n_samples * n_params <= 200,000``) and ``min(100, n_samples)`` otherwise (the
@@ -127,37 +114,16 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         noise, so a smaller minibatch mixes as well per iteration at about 60% of the
         cost); ``None`` uses the full data. A value larger than the data is clipped to
         it with a warning.
-    batch_scheme : {"replacement", "epochs"}, default="replacement"
-        How minibatches are drawn: uniformly with replacement as in the papers, or as
-        contiguous blocks of a once-shuffled copy of the data visited in random order each
-        epoch (faster on large data: slices need no gather). See
-        :class:`skbayes_sg.minibatch.MinibatchGradient`.
-    gradient : {"auto", "minibatch", "control_variate"}, default="auto"
-        The minibatch estimator of the log-likelihood gradient. ``"control_variate"``
-        centres it at the MAP (Baker et al. 2019,
-        :class:`skbayes_sg.minibatch.ControlVariateGradient`): unbiased, with a noise that
-        vanishes at the mode and does not grow with N, so the automatic step stays large
-        and the posterior stays right at any data size, for one extra full-data pass.
-        ``"minibatch"``: the plain estimator of the papers, whose noise grows like
-        ``N / n``. ``"auto"``: the control variate whenever minibatches are used.
-    n_chains : int, default=4
-        Independent chains; R-hat needs at least 2.
-    n_jobs : int or None, default=None
-        Chains run in parallel with joblib. Draws do not depend on ``n_jobs``.
-    random_state : int, RandomState instance or None, default=None
-        Seeds the chains (each gets a child of one ``numpy.random.SeedSequence``): the same
-        value gives bit-identical draws whatever ``n_jobs``.
+    {batch_scheme}
+    {gradient}
+    {n_chains}
+    {n_jobs}
+    {random_state}
     alpha : float, default=1.0
         Precision of the isotropic Gaussian prior on every weight, intercept included.
     fit_intercept : bool, default=True
         Whether to add intercepts (with the same Gaussian prior as the weights).
-    warm_start : bool, default=False
-        When True, a second ``fit`` continues every chain from its last state (sampler
-        state, step size and thermostat included) for ``n_iter`` more iterations with no
-        burn-in (with ``"auto"``: until the new draws alone meet the targets), and
-        appends the new draws. The continuation is exact: the chains' random streams,
-        minibatch queues and thinning grid carry on, so fitting in parts (saved and
-        loaded between them or not) gives the draws of one fit.
+    {warm_start}
     max_draws : int, "auto" or None, default="auto"
         At most this many draws are stored per chain (thinning is raised above ``thin``
         when needed). ``"auto"``: 250. Successive DRBM draws are strongly correlated (on
@@ -165,26 +131,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         step), so storing more adds little
         information while memory (``n_chains * max_draws * n_params`` floats) and the
         cost of every prediction grow with it. ``None`` stores every kept draw.
-    n_predict_draws : int, "auto" or None, default="auto"
-        How many of the stored draws the posterior predictive averages over
-        (``predict_proba``, ``predict``, ``score``; for the regressor the ``return_std``
-        of ``predict``, whose mean is linear in the draws and uses all of them), evenly
-        spaced within each chain, the same number from every chain.
-        Prediction costs time linear in them. An int keeps at most that many in all
-        (rounded down to a multiple of ``n_chains``, at least one per chain); ``None``
-        keeps every stored draw. ``"auto"`` keeps the fewest draws ``M`` whose total
-        Monte Carlo standard error of a posterior mean, estimated as
-        ``sqrt(1 / ESS + 1 / M)`` posterior standard deviations with ``ESS`` the smallest
-        bulk ESS of the fit's parameters, is at most 0.05 (``M = 1 / (1/400 - 1/ESS)``:
-        667 draws at an ESS of 1,000, 400 at most for independent draws); with an ESS of
-        400 or less (a short fit, or the DRBM, whose hidden units swap between chains) it
-        keeps every draw. The predictive's own Monte Carlo error is then at most 5% of
-        its posterior standard deviation, which adds at most 0.25% to the predictive
-        variance. The per-draw methods (``predict_proba_samples``, ``sample_y``) and
-        ``to_inference_data`` use every draw. Multilevel fits (signed weights) always use
-        every draw. Changing it with ``set_params`` after ``fit`` needs no refit.
-    verbose : int, default=0
-        Progress output of the parallel chains (joblib's verbosity).
+    {n_predict_draws}
+    {verbose}
     init : {"random", "map", "zeros"} or array-like, default="random"
         Starting point of the chains. ``"random"``: each chain starts at its own random
         weights, ``W`` and ``U`` i.i.d. ``N(0, init_scale^2)`` and zero biases (the
@@ -196,15 +144,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         the hidden units are interchangeable and the gradients of ``W`` and ``c``
         vanish; only the injected noise leaves it (not recommended). An array of shape
         ``(n_params,)`` or ``(n_chains, n_params)`` gives the starts explicitly.
-    class_weight : dict, "balanced" or None, default=None
-        Likelihood weights by class, as in ``LogisticRegression``: the log likelihood of a
-        row of class ``k`` is multiplied by ``class_weight[k]`` (classes missing from the
-        dict weigh 1), and by its ``sample_weight`` when ``fit`` is given one.
-        ``"balanced"`` weighs class ``k`` by ``n_samples / (n_classes * n_k)``, with ``n_k``
-        the class's (sample-weighted) count. In ``partial_fit`` the balanced weights are
-        computed over all the data seen so far, and recomputed with every chunk (the
-        estimator keeps the data seen, so the posterior is that of ``fit`` on all of it);
-        ``n_classes`` counts the classes seen so far. See :ref:`sample-weights`.
+    {class_weight}
 
     Attributes
     ----------
@@ -217,25 +157,14 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         Posterior mean of ``c`` (zeros without ``fit_intercept``).
     intercept_class_ : ndarray of shape (n_classes,)
         Posterior mean of ``d`` (zeros without ``fit_intercept``).
-    samples_ : ndarray of shape (n_chains, n_draws, n_params)
-        Raw flat draws after burn-in and thinning.
-    sample_weight_ : None
-        Weights of the draws; None means equal weights.
-    sample_stats_ : dict of ndarray of shape (n_chains, n_draws)
-        Per-draw sampler statistics (thermostat ``xi``, kinetic temperature...).
-    n_iter_ : int
-        Iterations run per chain (accumulated over ``warm_start`` continuations): with
-        ``n_iter="auto"``, the length the run stopped at.
-    n_predict_draws_ : int
-        Number of draws the posterior predictive averages over (see ``n_predict_draws``).
-    n_features_in_ : int
-    feature_names_in_ : ndarray of shape (`n_features_in_`,)
-        Defined only when X has feature names that are all strings.
-    diagnostics_ : dict
-        ``step_size`` (the ``h`` used; with ``"auto"`` also ``lambda_max``), ``ess`` and
-        ``rhat`` per parameter (bulk ESS, rank-normalised split R-hat), ``mcse_mean``,
-        ``n_grad_evals`` (per-example gradient evaluations, the papers' cost unit),
-        ``batch_size``, ``thin`` and sampler-specific entries.
+    {samples_}
+    {sample_weight_}
+    {sample_stats_}
+    {n_iter_}
+    {n_predict_draws_}
+    {n_features_in_}
+    {feature_names_in_}
+    {diagnostics_}
         The DRBM adds ``predictive_rhat``, ``predictive_ess`` and ``predictive_ess_tail``,
         the diagnostics of the per-draw training log loss ``sample_stats_["log_loss"]``
         on which it judges convergence (see Notes).

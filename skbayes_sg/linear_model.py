@@ -10,6 +10,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ._classifier import BaseSGBayesClassifier
+from ._docstrings import fill_docstring
 from ._estimator import BaseSGBayes, epoch_permutation
 from ._validation import validate_data
 from .exceptions import DivergenceError
@@ -45,6 +46,7 @@ class _SparseInput:
         return tags
 
 
+@fill_docstring
 class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     """Bayesian logistic regression sampled by stochastic-gradient MCMC.
 
@@ -56,63 +58,17 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
 
     Parameters
     ----------
-    sampler : str or sampler instance, default="mccadl"
-        The MCMC transition: a name (``"mccadl"``, ``"sgnht"``, ``"sghmc"``, ``"sgld"``,
-        ``"gadmala"``...: the lower-case class names of :mod:`skbayes_sg.samplers`) or an
-        instance such as ``SGHMC(step_size=1e-3, friction=10)``, whose hyperparameters can
-        be tuned as ``sampler__step_size`` in ``GridSearchCV``. The default, mCCAdL,
-        controls the parameter-dependent minibatch noise that biases SGHMC and SGNHT (see
-        :class:`~skbayes_sg.samplers.MCCAdL`).
-    n_iter : int or "auto", default="auto"
-        Sampler iterations per chain, burn-in included. ``"auto"`` runs the chains in
-        blocks (1,000 iterations, then as many more as the diagnostics predict are needed)
-        until every parameter's bulk ESS reaches 1,000 (a Monte Carlo error of every
-        posterior mean of at most 0.032 posterior sd), every tail ESS 100 per chain and
-        every split R-hat is below 1.01, or until 100,000 iterations per chain, with a
-        ``ConvergenceWarning`` if the targets were not met. The fit is then as short as
-        the posterior allows, and its draws are those a fit with the final ``n_iter``
-        would have kept (see :ref:`run-length`); the blocks are in
-        ``diagnostics_["n_iter_blocks"]``.
-    burn_in : float in [0, 1), int or "auto", default="auto"
-        Iterations discarded at the start of each chain: a fraction of ``n_iter`` (of the
-        final length with ``"auto"``) or a count (which must be below ``n_iter``).
-        ``"auto"``: 0.2, as in the papers, except for the adaptive samplers (``"gadmala"``,
-        ``"gadrwm"``) under ``init="map"``: their chains start at draws of the Laplace
-        approximation with a proposal already scaled to the curvature at the MAP, so their
-        burn-in only refines it, and 0.05 (250 iterations of the first 5,000 with
-        ``n_iter="auto"``) gives the acceptance and ESS per draw of 1,000 (see
-        :ref:`burn-in`).
-    thin : int, default=1
-        Keep every ``thin``-th iteration after burn-in.
-    batch_size : int, "auto" or None, default="auto"
-        Minibatch size ``n``. ``"auto"`` uses the full data when a full gradient is cheap
-        (``n_samples * n_params <= 200,000``, where it costs about as much as an
-        iteration's fixed overhead) and ``min(200, n_samples)`` otherwise; ``None`` uses the
-        full data (exact gradients). A value larger than the data is clipped to it with a
-        warning, as ``MLPClassifier`` does.
-    batch_scheme : {"replacement", "epochs"}, default="replacement"
-        How minibatches are drawn: uniformly with replacement as in the papers, or as
-        contiguous blocks of a once-shuffled copy of the data visited in random order each
-        epoch (faster on large data: slices need no gather). See
-        :class:`skbayes_sg.minibatch.MinibatchGradient`.
-    gradient : {"auto", "minibatch", "control_variate"}, default="auto"
-        The minibatch estimator of the log-likelihood gradient. ``"control_variate"``
-        centres it at the MAP (Baker et al. 2019,
-        :class:`skbayes_sg.minibatch.ControlVariateGradient`): unbiased, with a noise that
-        vanishes at the mode and does not grow with N, so the automatic step stays large
-        and the posterior stays right at any data size, for one extra full-data pass.
-        ``"minibatch"``: the plain estimator of the papers, whose noise grows like
-        ``N / n``. ``"auto"``: the control variate whenever minibatches are used.
-    n_chains : int, default=4
-        Independent chains; R-hat needs at least 2.
-    n_jobs : int or None, default=None
-        Chains run in parallel with joblib. Draws do not depend on ``n_jobs``.
-    random_state : int, RandomState instance or None, default=None
-        Seeds the chains (each gets a child of one ``numpy.random.SeedSequence``): the same
-        value gives bit-identical draws whatever ``n_jobs``.
-    init : {"map", "zeros"} or array-like, default="map"
-        Starting point of every chain: the maximum a posteriori point (full-data L-BFGS),
-        zeros, or an array of shape ``(n_params,)`` or ``(n_chains, n_params)``.
+    {sampler}
+    {n_iter}
+    {burn_in}
+    {thin}
+    {batch_size}
+    {batch_scheme}
+    {gradient}
+    {n_chains}
+    {n_jobs}
+    {random_state}
+    {init}
     alpha : float or array-like of shape (n_features,) or (n_classes, n_features), default=1.0
         Prior precision of the weights: ``coef_[..., j] ~ N(0, 1 / alpha_j)``. A float is
         the papers' isotropic prior; an array gives each feature its own prior scale
@@ -127,50 +83,11 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
         on every weight. Ignored without ``fit_intercept``.
     fit_intercept : bool, default=True
         Whether to fit the intercepts.
-    warm_start : bool, default=False
-        When True, a second ``fit`` continues every chain from its last state (sampler
-        state, step size and thermostat included) for ``n_iter`` more iterations with no
-        burn-in (with ``"auto"``: until the new draws alone meet the targets), and
-        appends the new draws. The continuation is exact: the chains' random streams,
-        minibatch queues and thinning grid carry on, so fitting in parts (saved and
-        loaded between them or not) gives the draws of one fit.
-    max_draws : int, "auto" or None, default="auto"
-        At most this many draws are stored per chain: thinning is raised above ``thin``
-        when needed, so memory stays at ``n_chains * max_draws * n_params`` floats however
-        long the run. ``None`` stores every kept draw. ``"auto"``: 1,000, except for the
-        adaptive samplers, whose draws are nearly independent, so that thinning would
-        discard effective samples: they store every kept draw while all chains' draws fit
-        in 2^19 floats (4 MiB, what 4 chains of 1,000 draws of 124 parameters take), at
-        least 1,000 per chain. Predicting costs time linear in the stored draws.
-    n_predict_draws : int, "auto" or None, default="auto"
-        How many of the stored draws the posterior predictive averages over
-        (``predict_proba``, ``predict``, ``score``; for the regressor the ``return_std``
-        of ``predict``, whose mean is linear in the draws and uses all of them), evenly
-        spaced within each chain, the same number from every chain.
-        Prediction costs time linear in them. An int keeps at most that many in all
-        (rounded down to a multiple of ``n_chains``, at least one per chain); ``None``
-        keeps every stored draw. ``"auto"`` keeps the fewest draws ``M`` whose total
-        Monte Carlo standard error of a posterior mean, estimated as
-        ``sqrt(1 / ESS + 1 / M)`` posterior standard deviations with ``ESS`` the smallest
-        bulk ESS of the fit's parameters, is at most 0.05 (``M = 1 / (1/400 - 1/ESS)``:
-        667 draws at an ESS of 1,000, 400 at most for independent draws); with an ESS of
-        400 or less (a short fit, or the DRBM, whose hidden units swap between chains) it
-        keeps every draw. The predictive's own Monte Carlo error is then at most 5% of
-        its posterior standard deviation, which adds at most 0.25% to the predictive
-        variance. The per-draw methods (``predict_proba_samples``, ``sample_y``) and
-        ``to_inference_data`` use every draw. Multilevel fits (signed weights) always use
-        every draw. Changing it with ``set_params`` after ``fit`` needs no refit.
-    verbose : int, default=0
-        Progress output of the parallel chains (joblib's verbosity).
-    class_weight : dict, "balanced" or None, default=None
-        Likelihood weights by class, as in ``LogisticRegression``: the log likelihood of a
-        row of class ``k`` is multiplied by ``class_weight[k]`` (classes missing from the
-        dict weigh 1), and by its ``sample_weight`` when ``fit`` is given one.
-        ``"balanced"`` weighs class ``k`` by ``n_samples / (n_classes * n_k)``, with ``n_k``
-        the class's (sample-weighted) count. In ``partial_fit`` the balanced weights are
-        computed over all the data seen so far, and recomputed with every chunk (the
-        estimator keeps the data seen, so the posterior is that of ``fit`` on all of it);
-        ``n_classes`` counts the classes seen so far. See :ref:`sample-weights`.
+    {warm_start}
+    {max_draws}
+    {n_predict_draws}
+    {verbose}
+    {class_weight}
 
     Attributes
     ----------
@@ -182,25 +99,14 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     coef_samples_ : ndarray of shape (n_draws_total, n_outputs, n_features)
         Draws of all chains stacked.
     intercept_samples_ : ndarray of shape (n_draws_total, n_outputs)
-    samples_ : ndarray of shape (n_chains, n_draws, n_params)
-        Raw flat draws after burn-in and thinning.
-    sample_weight_ : None
-        Weights of the draws; None means equal weights.
-    sample_stats_ : dict of ndarray of shape (n_chains, n_draws)
-        Per-draw sampler statistics (thermostat ``xi``, kinetic temperature...).
-    n_iter_ : int
-        Iterations run per chain (accumulated over ``warm_start`` continuations): with
-        ``n_iter="auto"``, the length the run stopped at.
-    n_predict_draws_ : int
-        Number of draws the posterior predictive averages over (see ``n_predict_draws``).
-    n_features_in_ : int
-    feature_names_in_ : ndarray of shape (`n_features_in_`,)
-        Defined only when X has feature names that are all strings.
-    diagnostics_ : dict
-        ``step_size`` (the ``h`` used; with ``"auto"`` also ``lambda_max``), ``ess`` and
-        ``rhat`` per parameter (bulk ESS, rank-normalised split R-hat), ``mcse_mean``,
-        ``n_grad_evals`` (per-example gradient evaluations, the papers' cost unit),
-        ``batch_size``, ``thin`` and sampler-specific entries.
+    {samples_}
+    {sample_weight_}
+    {sample_stats_}
+    {n_iter_}
+    {n_predict_draws_}
+    {n_features_in_}
+    {feature_names_in_}
+    {diagnostics_}
 
     See Also
     --------
@@ -313,6 +219,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
         return b
 
 
+@fill_docstring
 class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     """Bayesian linear regression sampled by stochastic-gradient MCMC.
 
@@ -331,63 +238,17 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
 
     Parameters
     ----------
-    sampler : str or sampler instance, default="mccadl"
-        The MCMC transition: a name (``"mccadl"``, ``"sgnht"``, ``"sghmc"``, ``"sgld"``,
-        ``"gadmala"``...: the lower-case class names of :mod:`skbayes_sg.samplers`) or an
-        instance such as ``SGHMC(step_size=1e-3, friction=10)``, whose hyperparameters can
-        be tuned as ``sampler__step_size`` in ``GridSearchCV``. The default, mCCAdL,
-        controls the parameter-dependent minibatch noise that biases SGHMC and SGNHT (see
-        :class:`~skbayes_sg.samplers.MCCAdL`).
-    n_iter : int or "auto", default="auto"
-        Sampler iterations per chain, burn-in included. ``"auto"`` runs the chains in
-        blocks (1,000 iterations, then as many more as the diagnostics predict are needed)
-        until every parameter's bulk ESS reaches 1,000 (a Monte Carlo error of every
-        posterior mean of at most 0.032 posterior sd), every tail ESS 100 per chain and
-        every split R-hat is below 1.01, or until 100,000 iterations per chain, with a
-        ``ConvergenceWarning`` if the targets were not met. The fit is then as short as
-        the posterior allows, and its draws are those a fit with the final ``n_iter``
-        would have kept (see :ref:`run-length`); the blocks are in
-        ``diagnostics_["n_iter_blocks"]``.
-    burn_in : float in [0, 1), int or "auto", default="auto"
-        Iterations discarded at the start of each chain: a fraction of ``n_iter`` (of the
-        final length with ``"auto"``) or a count (which must be below ``n_iter``).
-        ``"auto"``: 0.2, as in the papers, except for the adaptive samplers (``"gadmala"``,
-        ``"gadrwm"``) under ``init="map"``: their chains start at draws of the Laplace
-        approximation with a proposal already scaled to the curvature at the MAP, so their
-        burn-in only refines it, and 0.05 (250 iterations of the first 5,000 with
-        ``n_iter="auto"``) gives the acceptance and ESS per draw of 1,000 (see
-        :ref:`burn-in`).
-    thin : int, default=1
-        Keep every ``thin``-th iteration after burn-in.
-    batch_size : int, "auto" or None, default="auto"
-        Minibatch size ``n``. ``"auto"`` uses the full data when a full gradient is cheap
-        (``n_samples * n_params <= 200,000``, where it costs about as much as an
-        iteration's fixed overhead) and ``min(200, n_samples)`` otherwise; ``None`` uses the
-        full data (exact gradients). A value larger than the data is clipped to it with a
-        warning, as ``MLPClassifier`` does.
-    batch_scheme : {"replacement", "epochs"}, default="replacement"
-        How minibatches are drawn: uniformly with replacement as in the papers, or as
-        contiguous blocks of a once-shuffled copy of the data visited in random order each
-        epoch (faster on large data: slices need no gather). See
-        :class:`skbayes_sg.minibatch.MinibatchGradient`.
-    gradient : {"auto", "minibatch", "control_variate"}, default="auto"
-        The minibatch estimator of the log-likelihood gradient. ``"control_variate"``
-        centres it at the MAP (Baker et al. 2019,
-        :class:`skbayes_sg.minibatch.ControlVariateGradient`): unbiased, with a noise that
-        vanishes at the mode and does not grow with N, so the automatic step stays large
-        and the posterior stays right at any data size, for one extra full-data pass.
-        ``"minibatch"``: the plain estimator of the papers, whose noise grows like
-        ``N / n``. ``"auto"``: the control variate whenever minibatches are used.
-    n_chains : int, default=4
-        Independent chains; R-hat needs at least 2.
-    n_jobs : int or None, default=None
-        Chains run in parallel with joblib. Draws do not depend on ``n_jobs``.
-    random_state : int, RandomState instance or None, default=None
-        Seeds the chains (each gets a child of one ``numpy.random.SeedSequence``): the same
-        value gives bit-identical draws whatever ``n_jobs``.
-    init : {"map", "zeros"} or array-like, default="map"
-        Starting point of every chain: the maximum a posteriori point (full-data L-BFGS),
-        zeros, or an array of shape ``(n_params,)`` or ``(n_chains, n_params)``.
+    {sampler}
+    {n_iter}
+    {burn_in}
+    {thin}
+    {batch_size}
+    {batch_scheme}
+    {gradient}
+    {n_chains}
+    {n_jobs}
+    {random_state}
+    {init}
     alpha : float or array-like of shape (n_features,), default=1.0
         Prior precision of the weights: ``coef_[..., j] ~ N(0, y_scale_**2 / alpha_j)``:
         ``alpha`` is in units of ``y``'s standardised scale, so ``alpha_j = 1`` is a prior
@@ -403,41 +264,10 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         papers' prior, the same on every weight. Ignored without ``fit_intercept``.
     fit_intercept : bool, default=True
         Whether to fit the intercept.
-    warm_start : bool, default=False
-        When True, a second ``fit`` continues every chain from its last state (sampler
-        state, step size and thermostat included) for ``n_iter`` more iterations with no
-        burn-in (with ``"auto"``: until the new draws alone meet the targets), and
-        appends the new draws. The continuation is exact: the chains' random streams,
-        minibatch queues and thinning grid carry on, so fitting in parts (saved and
-        loaded between them or not) gives the draws of one fit.
-    max_draws : int, "auto" or None, default="auto"
-        At most this many draws are stored per chain: thinning is raised above ``thin``
-        when needed, so memory stays at ``n_chains * max_draws * n_params`` floats however
-        long the run. ``None`` stores every kept draw. ``"auto"``: 1,000, except for the
-        adaptive samplers, whose draws are nearly independent, so that thinning would
-        discard effective samples: they store every kept draw while all chains' draws fit
-        in 2^19 floats (4 MiB, what 4 chains of 1,000 draws of 124 parameters take), at
-        least 1,000 per chain. Predicting costs time linear in the stored draws.
-    n_predict_draws : int, "auto" or None, default="auto"
-        How many of the stored draws the posterior predictive averages over
-        (``predict_proba``, ``predict``, ``score``; for the regressor the ``return_std``
-        of ``predict``, whose mean is linear in the draws and uses all of them), evenly
-        spaced within each chain, the same number from every chain.
-        Prediction costs time linear in them. An int keeps at most that many in all
-        (rounded down to a multiple of ``n_chains``, at least one per chain); ``None``
-        keeps every stored draw. ``"auto"`` keeps the fewest draws ``M`` whose total
-        Monte Carlo standard error of a posterior mean, estimated as
-        ``sqrt(1 / ESS + 1 / M)`` posterior standard deviations with ``ESS`` the smallest
-        bulk ESS of the fit's parameters, is at most 0.05 (``M = 1 / (1/400 - 1/ESS)``:
-        667 draws at an ESS of 1,000, 400 at most for independent draws); with an ESS of
-        400 or less (a short fit, or the DRBM, whose hidden units swap between chains) it
-        keeps every draw. The predictive's own Monte Carlo error is then at most 5% of
-        its posterior standard deviation, which adds at most 0.25% to the predictive
-        variance. The per-draw methods (``predict_proba_samples``, ``sample_y``) and
-        ``to_inference_data`` use every draw. Multilevel fits (signed weights) always use
-        every draw. Changing it with ``set_params`` after ``fit`` needs no refit.
-    verbose : int, default=0
-        Progress output of the parallel chains (joblib's verbosity).
+    {warm_start}
+    {max_draws}
+    {n_predict_draws}
+    {verbose}
     normalize_y : bool, default=True
         Standardise ``y`` (centre it by its mean when ``fit_intercept``, scale it by its sd,
         or by its root mean square without intercept) and state ``alpha``,
@@ -476,25 +306,14 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     y_scale_ : float
         The scale ``y`` was divided by before sampling (1.0 without ``normalize_y``, or for a
         constant ``y``).
-    samples_ : ndarray of shape (n_chains, n_draws, n_params)
-        Raw flat draws after burn-in and thinning.
-    sample_weight_ : None
-        Weights of the draws; None means equal weights.
-    sample_stats_ : dict of ndarray of shape (n_chains, n_draws)
-        Per-draw sampler statistics (thermostat ``xi``, kinetic temperature...).
-    n_iter_ : int
-        Iterations run per chain (accumulated over ``warm_start`` continuations): with
-        ``n_iter="auto"``, the length the run stopped at.
-    n_predict_draws_ : int
-        Number of draws the posterior predictive averages over (see ``n_predict_draws``).
-    n_features_in_ : int
-    feature_names_in_ : ndarray of shape (`n_features_in_`,)
-        Defined only when X has feature names that are all strings.
-    diagnostics_ : dict
-        ``step_size`` (the ``h`` used; with ``"auto"`` also ``lambda_max``), ``ess`` and
-        ``rhat`` per parameter (bulk ESS, rank-normalised split R-hat), ``mcse_mean``,
-        ``n_grad_evals`` (per-example gradient evaluations, the papers' cost unit),
-        ``batch_size``, ``thin`` and sampler-specific entries.
+    {samples_}
+    {sample_weight_}
+    {sample_stats_}
+    {n_iter_}
+    {n_predict_draws_}
+    {n_features_in_}
+    {feature_names_in_}
+    {diagnostics_}
 
     See Also
     --------

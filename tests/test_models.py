@@ -10,6 +10,7 @@ from skbayes_sg.models import (
     LinearRegressionModel,
     LogisticModel,
     NormalGammaModel,
+    PoissonModel,
     SoftmaxModel,
 )
 
@@ -21,7 +22,11 @@ def _models():
     y_bin = (RNG.random(40) < 0.4).astype(float)
     y_cls = RNG.integers(0, 4, size=40)
     y_reg = X @ RNG.normal(size=5) + RNG.normal(size=40)
+    y_count = RNG.poisson(np.exp(0.3 * X[:, 0] + 0.5))
+    offset = RNG.normal(size=40)
     return {
+        "poisson": PoissonModel(X, y_count, alpha=0.7),
+        "poisson_offset_noint": PoissonModel(X, y_count, alpha=1.5, fit_intercept=False, offset=offset),
         "logistic": LogisticModel(X, y_bin, alpha=0.7),
         "logistic_noint": LogisticModel(X, y_bin, alpha=2.0, fit_intercept=False),
         "softmax": SoftmaxModel(X, y_cls, n_classes=4, alpha=1.3),

@@ -19,6 +19,7 @@ from ._whitened import WhitenedModel
 from .drbm import DRBMModel, DRBMPerExampleGradients
 from .glm import LinearRegressionModel, LogisticModel, SoftmaxModel
 from .normal_gamma import NormalGammaModel
+from .poisson import PoissonModel
 
 __all__ = [
     "DRBMModel",
@@ -31,6 +32,7 @@ __all__ = [
     "Model",
     "NormalGammaModel",
     "PerExampleGradients",
+    "PoissonModel",
     "SoftmaxModel",
     "TransformedPerExampleGradients",
     "WhitenedModel",
