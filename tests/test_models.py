@@ -318,15 +318,15 @@ def test_minibatch_rows_come_from_an_exact_one_byte_copy(values, dtype, tmp_path
     y = (rng.random(60) < 0.5).astype(float)
     model = LogisticModel(Xv, y)
     rows = rng.integers(0, 60, 25)
-    X_rows, y_rows = model._rows(rows)
+    X_rows, y_rows, _, _ = model.rows.gather(rows)
     assert X_rows.dtype == Xv.dtype
     np.testing.assert_array_equal(X_rows, Xv[rows])
     np.testing.assert_array_equal(y_rows, y[rows])
-    source = model._gather_source()
+    source = model.rows.gather_source()
     assert (source is None) if dtype is None else (source.dtype == dtype and source.flags.c_contiguous)
     theta = _point(model, rng)
     wide = LogisticModel(Xv, y)
-    wide._narrow_X = False  # gathers from X itself
+    wide.rows.narrow = False  # gathers from X itself
     for ops, ref in (
         (model.per_example_gradients(theta, rows), wide.per_example_gradients(theta, rows)),
         (
@@ -336,9 +336,9 @@ def test_minibatch_rows_come_from_an_exact_one_byte_copy(values, dtype, tmp_path
     ):
         np.testing.assert_array_equal(ops.mean(), ref.mean())
         np.testing.assert_array_equal(ops.matvec(theta), ref.matvec(theta))
-    assert model.without_data()._narrow_X is None
+    assert model.without_data().rows is None
     mapped = np.lib.format.open_memmap(tmp_path / "X.npy", mode="w+", dtype=float, shape=Xv.shape)
     mapped[:] = Xv
     on_disk = LogisticModel(mapped, y)
-    np.testing.assert_array_equal(on_disk._rows(rows)[0], Xv[rows])
-    assert on_disk._gather_source() is None
+    np.testing.assert_array_equal(on_disk.rows.gather(rows).X, Xv[rows])
+    assert not hasattr(on_disk.rows, "gather_source") and not on_disk.rows.keeps_row_state

@@ -17,11 +17,13 @@ from ._gradients import (
 from ._map import find_map
 from ._whitened import WhitenedModel
 from .drbm import DRBMModel, DRBMPerExampleGradients
-from .glm import LinearRegressionModel, LogisticModel, SoftmaxModel
+from .glm import GLM, Family, LinearRegressionModel, LogisticModel, PoissonModel, SoftmaxModel
 from .normal_gamma import NormalGammaModel
 
 __all__ = [
     "DRBMModel",
+    "Family",
+    "GLM",
     "DRBMPerExampleGradients",
     "DensePerExampleGradients",
     "DifferencePerExampleGradients",
@@ -31,6 +33,7 @@ __all__ = [
     "Model",
     "NormalGammaModel",
     "PerExampleGradients",
+    "PoissonModel",
     "SoftmaxModel",
     "TransformedPerExampleGradients",
     "WhitenedModel",
