@@ -146,6 +146,7 @@ def _glm_models(X, rng):
         glm.SoftmaxModel(X, y3, n_classes=3),
         glm.LinearRegressionModel(X, yr),
         glm.LinearRegressionModel(X, yr, noise_precision=2.0, fit_intercept=False),
+        glm.PoissonModel(X, rng.poisson(1.5, X.shape[0]), offset=0.2 * yr),
     ]
 
 

@@ -19,6 +19,7 @@ from skbayes_sg.models import (
     LogisticModel,
     Model,
     NormalGammaModel,
+    PoissonModel,
     SoftmaxModel,
 )
 
@@ -70,6 +71,10 @@ def _models():
         "linear_sampled_noise_noint_weighted": LinearRegressionModel(
             X, y_reg, fit_intercept=False, noise_prior_shape=2.0, noise_prior_rate=3.0
         ).set_sample_weight(w),
+        "poisson_offset_weighted": PoissonModel(
+            X, rng.poisson(np.exp(0.4 * X[:, 0])), alpha=0.7, offset=0.3 * rng.standard_normal(N)
+        ).set_sample_weight(w),
+        "poisson_noint": PoissonModel(X, rng.poisson(2.0, N), fit_intercept=False),
         "drbm": DRBMModel(X, rng.integers(0, 3, N), n_classes=3, n_hidden=2, operator_dtype="float64"),
         "normal_gamma": NormalGammaModel(rng.standard_normal(N) + 1.0),
         "user_cauchy": CauchyRegression(X, y_reg + rng.standard_cauchy(N)),

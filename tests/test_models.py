@@ -10,6 +10,7 @@ from skbayes_sg.models import (
     LinearRegressionModel,
     LogisticModel,
     NormalGammaModel,
+    PoissonModel,
     SoftmaxModel,
 )
 
@@ -21,6 +22,7 @@ def _models():
     y_bin = (RNG.random(40) < 0.4).astype(float)
     y_cls = RNG.integers(0, 4, size=40)
     y_reg = X @ RNG.normal(size=5) + RNG.normal(size=40)
+    y_count = RNG.poisson(np.exp(0.3 * X[:, 0] - 0.2 * X[:, 1] + 0.5))
     return {
         "logistic": LogisticModel(X, y_bin, alpha=0.7),
         "logistic_noint": LogisticModel(X, y_bin, alpha=2.0, fit_intercept=False),
@@ -29,6 +31,8 @@ def _models():
         "linreg_fixed_tau": LinearRegressionModel(X, y_reg, alpha=0.5, noise_precision=2.5),
         "linreg_noint": LinearRegressionModel(X, y_reg, fit_intercept=False, noise_precision=1.0),
         "normal_gamma": NormalGammaModel(RNG.normal(size=40)),
+        "poisson": PoissonModel(X, y_count, alpha=0.8, offset=RNG.normal(scale=0.5, size=40)),
+        "poisson_noint": PoissonModel(X, y_count, fit_intercept=False, alpha_intercept=3.0),
     }
 
 
@@ -192,7 +196,7 @@ def test_loglik_hvp_matches_finite_differences_of_the_gradient(name):
     np.testing.assert_allclose(model.hessian_vector_product(theta, v), fd, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau"])
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "poisson"])
 def test_per_example_hvp_rows(name):
     model = MODELS[name]
     rng = np.random.default_rng(14)
@@ -203,7 +207,7 @@ def test_per_example_hvp_rows(name):
         np.testing.assert_allclose(H_rows[k], model.loglik_hvp(theta, v, np.array([i])), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "linreg_noint"])
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "linreg_noint", "poisson"])
 def test_total_sum_of_squares_is_trace_of_GtG(name):
     model = MODELS[name]
     rng = np.random.default_rng(15)
@@ -231,7 +235,7 @@ def test_row_norms_are_lazy_and_operators_pickle_without_the_model():
     assert len(pickle.dumps(ops)) < X.nbytes  # ten rows, not the model's forty
 
 
-@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "linreg_noint"])
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "linreg_noint", "poisson"])
 def test_gradient_differences_from_the_cached_centre_are_two_evaluations(name, tmp_path):
     """In-memory X: the centre's residuals come from a per-row cache, gathered per minibatch.
     Every kind of row index gets its own rows' terms; a new centre replaces the cache; the
@@ -251,6 +255,8 @@ def test_gradient_differences_from_the_cached_centre_are_two_evaluations(name, t
             noise_prior_shape=model.noise_prior_shape,
             noise_prior_rate=model.noise_prior_rate,
         )
+    if name == "poisson":
+        kwargs["offset"] = model.offset
     on_disk = type(model)(mapped, model.y, **kwargs)
     for c in (centre, other, centre):
         for rows in (rng.integers(0, model.n_samples, 12), slice(5, 17), None):
