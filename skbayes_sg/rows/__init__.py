@@ -24,7 +24,7 @@ from ._source import Block, RowSource, memory_mapped, row_block, transpose
 BLOCK_ELEMENTS = 2**16
 
 
-def as_row_source(X, y, *, sample_weight=None, offset=None, y_dtype=None, padded=False):
+def as_row_source(X, y, *, sample_weight=None, offset=None, y_dtype=None, padded=False, compact=True):
     """The row source for ``X``: what a model built on ``X`` reads its rows through.
 
     Parameters
@@ -38,19 +38,22 @@ def as_row_source(X, y, *, sample_weight=None, offset=None, y_dtype=None, padded
     padded : bool, default=False
         Whether products-only gathers may return padded sparse rows (:class:`PaddedRows`):
         worth it for one-output models, whose products are matrix-vector products.
+    compact : bool, default=True
+        Whether gathers may read a one-byte copy of integer-valued X (:class:`ByteRows`, N D
+        bytes more memory for a faster gather); False gives :class:`ArrayRows`.
 
     Returns
     -------
     RowSource
-        :class:`MemmapRows` for a memory map, :class:`ArrayRows` for sparse or non-float X,
-        else :class:`PaddedRows` (``padded``) or :class:`ByteRows`.
+        :class:`MemmapRows` for a memory map, :class:`ArrayRows` for sparse X (or not
+        ``compact``), else :class:`PaddedRows` (``padded``) or :class:`ByteRows`.
     """
     if isinstance(X, RowSource):
         return X
     kw = dict(sample_weight=sample_weight, offset=offset, y_dtype=y_dtype)
     if memory_mapped(X):
         return MemmapRows(X, y, **kw)
-    if sp.issparse(X) or not isinstance(X, np.ndarray):
+    if sp.issparse(X) or not isinstance(X, np.ndarray) or not compact:
         return ArrayRows(X, y, **kw)
     return (PaddedRows if padded else ByteRows)(X, y, **kw)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import rows as _rows
 from ...rows import as_row_source, transpose
-from .._base import Model
+from .._base import Model, RowData
 from .._gradients import LinearPerExampleGradients
 from ._curvature import CurvatureMixin
 from ._paths import PathsMixin
@@ -60,7 +60,7 @@ def check_offset(offset, n_samples):
     return offset
 
 
-class GLM(GaussianPrior, RowStateMixin, CurvatureMixin, PathsMixin, Model):
+class GLM(RowData, GaussianPrior, RowStateMixin, CurvatureMixin, PathsMixin, Model):
     """A generalised linear model: a :class:`~skbayes_sg.models.glm.Family` over a row source.
 
     Parameters
@@ -97,30 +97,6 @@ class GLM(GaussianPrior, RowStateMixin, CurvatureMixin, PathsMixin, Model):
         )
 
     # -- the data, through the row source -------------------------------------------------
-    @property
-    def X(self):
-        """The features the row source holds (None without data)."""
-        return getattr(self.rows, "X", None)
-
-    @property
-    def y(self):
-        """The targets the row source holds (None without data)."""
-        return None if self.rows is None else self.rows.y
-
-    @property
-    def offset(self):
-        """Per-row offsets of the linear predictor (None: zero)."""
-        return None if self.rows is None else self.rows.offset
-
-    @property
-    def sample_weight(self):
-        return None if self.rows is None else self.rows.sample_weight
-
-    @sample_weight.setter
-    def sample_weight(self, value):
-        if self.rows is not None:
-            self.rows.sample_weight = value
-
     @property
     def _cache_row_norms(self):
         """Whether the model keeps per-row state (False for rows on disk)."""
