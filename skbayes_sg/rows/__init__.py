@@ -30,7 +30,8 @@ def as_row_source(X, y, *, sample_weight=None, offset=None, y_dtype=None, padded
     Parameters
     ----------
     X : ndarray, numpy.memmap or sparse matrix of shape (N, D), or a RowSource
-        A RowSource is returned as it is.
+        A RowSource is returned as it is (it holds its own targets: ``y`` must be None),
+        told ``y_dtype`` when it has none.
     y : ndarray of shape (N,) or None
     sample_weight, offset : ndarray of shape (N,) or None
     y_dtype : numpy dtype or None
@@ -49,6 +50,10 @@ def as_row_source(X, y, *, sample_weight=None, offset=None, y_dtype=None, padded
         ``compact``), else :class:`PaddedRows` (``padded``) or :class:`ByteRows`.
     """
     if isinstance(X, RowSource):
+        if y is not None:
+            raise ValueError("A RowSource holds its own targets: give y to the source and y=None to the model.")
+        if X.y_dtype is None:
+            X.y_dtype = y_dtype
         return X
     kw = dict(sample_weight=sample_weight, offset=offset, y_dtype=y_dtype)
     if memory_mapped(X):

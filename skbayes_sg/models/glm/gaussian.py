@@ -1,5 +1,7 @@
 """Linear regression: the Gaussian family with the identity link and a noise precision."""
 
+import copy
+
 import numpy as np
 
 from ._family import Family, no_offset
@@ -134,10 +136,31 @@ class LinearRegressionModel(GLM):
         alpha_intercept=None,
     ):
         family = GaussianFamily(noise_precision, noise_prior_shape, noise_prior_rate)
-        self.noise_precision = family.noise_precision
-        self.noise_prior_shape, self.noise_prior_rate = family.noise_prior_shape, family.noise_prior_rate
         y = None if y is None else np.asarray(y, dtype=float)
         super().__init__(X, y, family, alpha=alpha, fit_intercept=fit_intercept, alpha_intercept=alpha_intercept)
+
+    @property
+    def noise_precision(self):
+        """The fixed noise precision, or None when ``log tau`` is sampled."""
+        return self.family.noise_precision
+
+    @noise_precision.setter
+    def noise_precision(self, value):
+        # A copy of the family: a prediction copy of the model (which shares the fitted
+        # model's family) takes the user's units without changing the fitted model's.
+        family = copy.copy(self.family)
+        family.noise_precision = None if value is None else float(value)
+        self.family = family
+
+    @property
+    def noise_prior_shape(self):
+        """Shape ``a`` of the Gamma prior on ``tau``."""
+        return self.family.noise_prior_shape
+
+    @property
+    def noise_prior_rate(self):
+        """Rate ``b`` of the Gamma prior on ``tau``."""
+        return self.family.noise_prior_rate
 
     def tau(self, theta):
         """Noise precision of ``theta`` (P,) or of each draw in a stack (S, P)."""
