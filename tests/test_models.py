@@ -348,3 +348,27 @@ def test_minibatch_rows_come_from_an_exact_one_byte_copy(values, dtype, tmp_path
     on_disk = LogisticModel(mapped, y)
     np.testing.assert_array_equal(on_disk.rows.gather(rows).X, Xv[rows])
     assert not hasattr(on_disk.rows, "gather_source") and not on_disk.rows.keeps_row_state
+
+
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "poisson"])
+def test_an_offset_moves_the_predictive_as_the_intercept_does(name):
+    """A constant offset c in every predictive (draws, mean, log likelihood) is the intercepts
+    moved by c; in training, the likelihood and its gradient likewise."""
+    model = MODELS[name]
+    rng = np.random.default_rng(21)
+    thetas = np.stack([_point(model, rng) for _ in range(3)])
+    K, D = model.n_outputs, model.n_features
+    moved = thetas.copy()
+    moved[:, D * K : D * K + K] += 0.7
+    c = np.full(X.shape[0], 0.7)
+    y = model.y
+    np.testing.assert_allclose(model.predict_draws(thetas, X, c), model.predict_draws(moved, X), rtol=1e-12)
+    weights = np.array([0.2, 0.3, 0.5])
+    np.testing.assert_allclose(model.predict_mean(thetas, weights, X, c), model.predict_mean(moved, weights, X))
+    np.testing.assert_allclose(
+        model.log_likelihood_draws(thetas, X, y, c), model.log_likelihood_draws(moved, X, y), rtol=1e-12
+    )
+    if name == "poisson":  # the model whose constructor takes an offset
+        shifted, base = PoissonModel(X, y, offset=c), PoissonModel(X, y)
+        for a, b in zip(shifted.log_likelihood_and_grad(thetas[0]), base.log_likelihood_and_grad(moved[0])):
+            np.testing.assert_allclose(a, b, rtol=1e-12)

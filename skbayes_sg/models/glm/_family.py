@@ -25,12 +25,6 @@ def draw_predictors(W, b, X, offset=None):
     return Z
 
 
-def no_offset(family, offset):
-    """Raise when a predictive that has no use for offsets is given one."""
-    if offset is not None:
-        raise ValueError(f"The {type(family).__name__} predictive takes no offset; got one.")
-
-
 class Family:
     """The likelihood of one row in its linear predictor; subclass to add a GLM.
 

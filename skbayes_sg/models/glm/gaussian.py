@@ -4,7 +4,7 @@ import copy
 
 import numpy as np
 
-from ._family import Family, no_offset
+from ._family import Family
 from ._model import GLM
 
 
@@ -87,8 +87,10 @@ class GaussianFamily(Family):
 
     def predict_draws(self, W, b, extra, X, offset=None):
         """Predictive means per draw, shape (S, n)."""
-        no_offset(self, offset)
-        return (X @ W[..., 0].T).T + b[:, :1]
+        mean = (X @ W[..., 0].T).T + b[:, :1]
+        if offset is not None:
+            mean += np.asarray(offset, dtype=float)
+        return mean
 
     def log_likelihood_draws(self, W, b, extra, X, y, offset=None):
         tau = np.asarray(self.tau(extra), dtype=float).reshape(-1, 1)

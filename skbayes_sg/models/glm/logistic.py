@@ -3,7 +3,7 @@
 import numpy as np
 from scipy.special import expit, log_expit
 
-from ._family import Family, draw_predictors, no_offset
+from ._family import Family, draw_predictors
 from ._model import GLM
 
 
@@ -41,8 +41,9 @@ class LogisticFamily(Family):
 
     def predict_draws(self, W, b, extra, X, offset=None):
         """Class probabilities per draw, shape (S, n, 2)."""
-        no_offset(self, offset)
         z = (X @ W[..., 0].T).T + b[:, :1]
+        if offset is not None:
+            z += np.asarray(offset, dtype=float)
         p1 = expit(z)
         return np.stack([1.0 - p1, p1], axis=-1)
 
@@ -50,13 +51,14 @@ class LogisticFamily(Family):
         """Weighted average over draws of the class probabilities, shape (n, 2): one
         (n, D) @ (D, S) product, the sigmoid in place, and one (n, S) @ (S,) product; the
         (S, n, 2) stack of :meth:`predict_draws` is never formed."""
-        no_offset(self, offset)
         # -z from the negated (small) weights, then 1 / (1 + e^-z) in three in-place passes:
         # 2.4x faster than scipy's expit, which the elementwise work dominates, and as
         # accurate (relative error ~1e-16, also for tiny probabilities); e^-z overflows to
         # inf below z = -709, where the probability is 0 to double precision anyway.
         Z = np.asarray(X @ -W[..., 0].T)
         Z -= b[:, 0]
+        if offset is not None:
+            Z -= np.asarray(offset, dtype=float)[:, None]
         with np.errstate(over="ignore"):
             np.exp(Z, out=Z)
         Z += 1.0

@@ -3,7 +3,7 @@
 import numpy as np
 from scipy.special import logsumexp, softmax
 
-from ._family import Family, draw_predictors, no_offset
+from ._family import Family, draw_predictors
 from ._model import GLM, class_codes
 
 
@@ -36,16 +36,17 @@ class SoftmaxFamily(Family):
 
     def predict_draws(self, W, b, extra, X, offset=None):
         """Class probabilities per draw, shape (S, n, K)."""
-        no_offset(self, offset)
         S, D, K = W.shape
         # One (n, D) @ (D, S K) product, which a sparse X supports too.
         Z = np.asarray(X @ W.transpose(1, 0, 2).reshape(D, S * K)).reshape(-1, S, K).transpose(1, 0, 2)
-        return softmax(Z + b[:, None, :], axis=-1)
+        Z = Z + b[:, None, :]
+        if offset is not None:
+            Z += np.asarray(offset, dtype=float)[:, None]
+        return softmax(Z, axis=-1)
 
     def predict_mean(self, W, b, extra, weights, X, offset=None):
         """Weighted average over draws of the class probabilities, shape (n, K)."""
-        no_offset(self, offset)
-        return np.einsum("nsk,s->nk", softmax(draw_predictors(W, b, X), axis=-1), weights)
+        return np.einsum("nsk,s->nk", softmax(draw_predictors(W, b, X, offset), axis=-1), weights)
 
     def log_likelihood_draws(self, W, b, extra, X, y, offset=None):
         Z = draw_predictors(W, b, X, offset)
