@@ -46,11 +46,15 @@ suppress_warnings = ["ref.citation"]
 # download when present, so that the build does not depend on them.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _DOWNLOADS = {"gadmala_tables": "benchmarks_gadmala.md"}
-rst_prolog = "\n".join(
-    f".. |{key}| replace:: :download:`{name} </{name}>`" if os.path.exists(os.path.join(_HERE, name))
-    else f".. |{key}| replace:: ``docs/{name}`` (not yet written)"
-    for key, name in _DOWNLOADS.items()
-) + "\n"
+rst_prolog = (
+    "\n".join(
+        f".. |{key}| replace:: :download:`{name} </{name}>`"
+        if os.path.exists(os.path.join(_HERE, name))
+        else f".. |{key}| replace:: ``docs/{name}`` (not yet written)"
+        for key, name in _DOWNLOADS.items()
+    )
+    + "\n"
+)
 
 # -- API reference -------------------------------------------------------------------------
 autosummary_generate = True
@@ -64,7 +68,6 @@ numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_attributes_as_param_list = True
 numpydoc_xref_param_type = False
-
 
 
 def _skip_sklearn_members(app, what, name, obj, skip, options):
@@ -95,8 +98,10 @@ def _benchmark_figure_directive():
             if path.exists():
                 return super().run()
             note = nodes.note()
-            note += nodes.paragraph(text=f"Figure {Path(rel).name} has not been generated yet: run the "
-                                         "benchmark script named above to produce it.")
+            note += nodes.paragraph(
+                text=f"Figure {Path(rel).name} has not been generated yet: run the "
+                "benchmark script named above to produce it."
+            )
             return [note]
 
     return BenchmarkFigure

@@ -1,4 +1,4 @@
-"""Sparse minibatches of one-hot / small-integer features (models._gradients.EllRows)."""
+"""Sparse minibatches of one-hot / small-integer features (skbayes_sg.rows.EllRows)."""
 
 import pickle
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from skbayes_sg.models import LinearRegressionModel, LogisticModel
-from skbayes_sg.models._gradients import EllRows, TransformedPerExampleGradients
+from skbayes_sg.models._gradients import TransformedPerExampleGradients
+from skbayes_sg.rows import EllRows
 
 
 def _data(values, seed=0):
@@ -21,7 +22,7 @@ def _data(values, seed=0):
 def test_operator_matches_dense_rows(values, cls):
     X, y = _data(values)
     sparse, dense = cls(X, y), cls(X, y)
-    dense._ell_X = False
+    dense.rows.ell = False
     rng = np.random.default_rng(1)
     theta = 0.3 * rng.standard_normal(sparse.n_params)
     idx = rng.integers(0, 400, 64)

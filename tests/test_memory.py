@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from skbayes_sg import SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression, _classifier
+from skbayes_sg import rows as row_sources
 from skbayes_sg.models import glm
 from skbayes_sg.samplers import SGLD
 
@@ -120,7 +121,7 @@ def test_default_fit_on_memmap_allocates_no_per_row_arrays(tmp_path, monkeypatch
     # N and 4N rows both span several blocks, so the peak is that of a block at both sizes
     # (with the default blocks, N rows would be one partial block and the peak would still
     # move between N and 4N).
-    monkeypatch.setattr(glm, "_BLOCK_ELEMENTS", 2**13)
+    monkeypatch.setattr(row_sources, "BLOCK_ELEMENTS", 2**13)
     monkeypatch.setattr(_classifier, "_LABEL_BLOCK", 2**12)
     n = 50_000
     peaks = []
@@ -145,6 +146,7 @@ def _glm_models(X, rng):
         glm.SoftmaxModel(X, y3, n_classes=3),
         glm.LinearRegressionModel(X, yr),
         glm.LinearRegressionModel(X, yr, noise_precision=2.0, fit_intercept=False),
+        glm.PoissonModel(X, rng.poisson(1.5, X.shape[0]), offset=0.2 * yr),
     ]
 
 
@@ -159,10 +161,11 @@ def test_full_data_passes_by_blocks_sum_to_the_whole_data_values(monkeypatch, sp
     X = sp.csr_matrix(X) if sparse else X
     results = {}
     for elements in (2**16, 7):
-        monkeypatch.setattr(glm, "_BLOCK_ELEMENTS", elements)
+        monkeypatch.setattr(row_sources, "BLOCK_ELEMENTS", elements)
         out = []
         for model in _glm_models(X, np.random.default_rng(4)):
-            assert len(model._block_slices()) == (1 if elements > 100 else -(-100 // model._block_rows()))
+            m = model._block_rows()
+            assert len(model.rows.block_slices(m)) == (1 if elements > 100 else -(-100 // m))
             theta = np.random.default_rng(5).normal(size=model.n_params) * 0.3
             v = np.random.default_rng(6).normal(size=model.n_params)
             ll, grad = model.log_likelihood_and_grad(theta)
@@ -172,7 +175,7 @@ def test_full_data_passes_by_blocks_sum_to_the_whole_data_values(monkeypatch, sp
                     grad,
                     model.loglik_hvp(theta, v),
                     model.hessian_vector_product(theta, v),
-                    model._all_row_sq_norms(),
+                    model._row_sq_norms(None, None),
                 )
             )
         results[elements] = out

@@ -73,8 +73,9 @@ def _models():
         ).set_sample_weight(w),
         "poisson": PoissonModel(X, rng.poisson(np.exp(0.5 * X[:, 0])), alpha=0.7),
         "poisson_offset_weighted": PoissonModel(
-            X, rng.poisson(np.exp(0.5 * X[:, 0])), alpha_intercept=0.1, offset=0.3 * rng.standard_normal(N)
+            X, rng.poisson(np.exp(0.4 * X[:, 0])), alpha=0.7, offset=0.3 * rng.standard_normal(N)
         ).set_sample_weight(w),
+        "poisson_noint": PoissonModel(X, rng.poisson(2.0, N), fit_intercept=False),
         "drbm": DRBMModel(X, rng.integers(0, 3, N), n_classes=3, n_hidden=2, operator_dtype="float64"),
         "normal_gamma": NormalGammaModel(rng.standard_normal(N) + 1.0),
         "user_cauchy": CauchyRegression(X, y_reg + rng.standard_cauchy(N)),

@@ -22,7 +22,7 @@ def _models():
     y_bin = (RNG.random(40) < 0.4).astype(float)
     y_cls = RNG.integers(0, 4, size=40)
     y_reg = X @ RNG.normal(size=5) + RNG.normal(size=40)
-    y_count = RNG.poisson(np.exp(0.3 * X[:, 0] + 0.5))
+    y_count = RNG.poisson(np.exp(0.3 * X[:, 0] - 0.2 * X[:, 1] + 0.5))
     offset = RNG.normal(size=40)
     return {
         "poisson": PoissonModel(X, y_count, alpha=0.7),
@@ -34,6 +34,8 @@ def _models():
         "linreg_fixed_tau": LinearRegressionModel(X, y_reg, alpha=0.5, noise_precision=2.5),
         "linreg_noint": LinearRegressionModel(X, y_reg, fit_intercept=False, noise_precision=1.0),
         "normal_gamma": NormalGammaModel(RNG.normal(size=40)),
+        "poisson_offset": PoissonModel(X, y_count, alpha=0.8, offset=RNG.normal(scale=0.5, size=40)),
+        "poisson_noint": PoissonModel(X, y_count, fit_intercept=False, alpha_intercept=3.0),
     }
 
 
@@ -197,7 +199,7 @@ def test_loglik_hvp_matches_finite_differences_of_the_gradient(name):
     np.testing.assert_allclose(model.hessian_vector_product(theta, v), fd, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau"])
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "poisson"])
 def test_per_example_hvp_rows(name):
     model = MODELS[name]
     rng = np.random.default_rng(14)
@@ -208,7 +210,7 @@ def test_per_example_hvp_rows(name):
         np.testing.assert_allclose(H_rows[k], model.loglik_hvp(theta, v, np.array([i])), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "linreg_noint"])
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "linreg_noint", "poisson"])
 def test_total_sum_of_squares_is_trace_of_GtG(name):
     model = MODELS[name]
     rng = np.random.default_rng(15)
@@ -236,7 +238,7 @@ def test_row_norms_are_lazy_and_operators_pickle_without_the_model():
     assert len(pickle.dumps(ops)) < X.nbytes  # ten rows, not the model's forty
 
 
-@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "linreg_noint"])
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "linreg_noint", "poisson"])
 def test_gradient_differences_from_the_cached_centre_are_two_evaluations(name, tmp_path):
     """In-memory X: the centre's residuals come from a per-row cache, gathered per minibatch.
     Every kind of row index gets its own rows' terms; a new centre replaces the cache; the
@@ -256,6 +258,8 @@ def test_gradient_differences_from_the_cached_centre_are_two_evaluations(name, t
             noise_prior_shape=model.noise_prior_shape,
             noise_prior_rate=model.noise_prior_rate,
         )
+    if name == "poisson":
+        kwargs["offset"] = model.offset
     on_disk = type(model)(mapped, model.y, **kwargs)
     for c in (centre, other, centre):
         for rows in (rng.integers(0, model.n_samples, 12), slice(5, 17), None):
@@ -323,15 +327,15 @@ def test_minibatch_rows_come_from_an_exact_one_byte_copy(values, dtype, tmp_path
     y = (rng.random(60) < 0.5).astype(float)
     model = LogisticModel(Xv, y)
     rows = rng.integers(0, 60, 25)
-    X_rows, y_rows = model._rows(rows)
+    X_rows, y_rows, _, _ = model.rows.gather(rows)
     assert X_rows.dtype == Xv.dtype
     np.testing.assert_array_equal(X_rows, Xv[rows])
     np.testing.assert_array_equal(y_rows, y[rows])
-    source = model._gather_source()
+    source = model.rows.gather_source()
     assert (source is None) if dtype is None else (source.dtype == dtype and source.flags.c_contiguous)
     theta = _point(model, rng)
     wide = LogisticModel(Xv, y)
-    wide._narrow_X = False  # gathers from X itself
+    wide.rows.narrow = False  # gathers from X itself
     for ops, ref in (
         (model.per_example_gradients(theta, rows), wide.per_example_gradients(theta, rows)),
         (
@@ -341,9 +345,33 @@ def test_minibatch_rows_come_from_an_exact_one_byte_copy(values, dtype, tmp_path
     ):
         np.testing.assert_array_equal(ops.mean(), ref.mean())
         np.testing.assert_array_equal(ops.matvec(theta), ref.matvec(theta))
-    assert model.without_data()._narrow_X is None
+    assert model.without_data().rows is None
     mapped = np.lib.format.open_memmap(tmp_path / "X.npy", mode="w+", dtype=float, shape=Xv.shape)
     mapped[:] = Xv
     on_disk = LogisticModel(mapped, y)
-    np.testing.assert_array_equal(on_disk._rows(rows)[0], Xv[rows])
-    assert on_disk._gather_source() is None
+    np.testing.assert_array_equal(on_disk.rows.gather(rows).X, Xv[rows])
+    assert not hasattr(on_disk.rows, "gather_source") and not on_disk.rows.keeps_row_state
+
+
+@pytest.mark.parametrize("name", ["logistic", "softmax", "linreg_sampled_tau", "poisson"])
+def test_an_offset_moves_the_predictive_as_the_intercept_does(name):
+    """A constant offset c in every predictive (draws, mean, log likelihood) is the intercepts
+    moved by c; in training, the likelihood and its gradient likewise."""
+    model = MODELS[name]
+    rng = np.random.default_rng(21)
+    thetas = np.stack([_point(model, rng) for _ in range(3)])
+    K, D = model.n_outputs, model.n_features
+    moved = thetas.copy()
+    moved[:, D * K : D * K + K] += 0.7
+    c = np.full(X.shape[0], 0.7)
+    y = model.y
+    np.testing.assert_allclose(model.predict_draws(thetas, X, c), model.predict_draws(moved, X), rtol=1e-12)
+    weights = np.array([0.2, 0.3, 0.5])
+    np.testing.assert_allclose(model.predict_mean(thetas, weights, X, c), model.predict_mean(moved, weights, X))
+    np.testing.assert_allclose(
+        model.log_likelihood_draws(thetas, X, y, c), model.log_likelihood_draws(moved, X, y), rtol=1e-12
+    )
+    if name == "poisson":  # the model whose constructor takes an offset
+        shifted, base = PoissonModel(X, y, offset=c), PoissonModel(X, y)
+        for a, b in zip(shifted.log_likelihood_and_grad(thetas[0]), base.log_likelihood_and_grad(moved[0])):
+            np.testing.assert_allclose(a, b, rtol=1e-12)

@@ -6,7 +6,7 @@ import scipy.sparse as sp
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg.diagnostics import mcse_mean
-from skbayes_sg.models import LinearRegressionModel, LogisticModel, SoftmaxModel
+from skbayes_sg.models import LinearRegressionModel, LogisticModel, PoissonModel, SoftmaxModel
 
 RNG = np.random.default_rng(0)
 XD = RNG.normal(size=(300, 6)) * (RNG.random((300, 6)) < 0.3)
@@ -18,8 +18,9 @@ XD = RNG.normal(size=(300, 6)) * (RNG.random((300, 6)) < 0.3)
         lambda X, y: LogisticModel(X, (y > 0).astype(float)),
         lambda X, y: SoftmaxModel(X, (np.abs(y) * 2).astype(int) % 3, n_classes=3),
         lambda X, y: LinearRegressionModel(X, y),
+        lambda X, y: PoissonModel(X, np.round(np.abs(y) * 3), offset=0.1 * y),
     ],
-    ids=["logistic", "softmax", "linear"],
+    ids=["logistic", "softmax", "linear", "poisson"],
 )
 def test_sparse_operators_equal_dense(make):
     y = XD @ RNG.normal(size=6) + RNG.normal(size=300)

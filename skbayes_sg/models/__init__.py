@@ -17,12 +17,13 @@ from ._gradients import (
 from ._map import find_map
 from ._whitened import WhitenedModel
 from .drbm import DRBMModel, DRBMPerExampleGradients
-from .glm import LinearRegressionModel, LogisticModel, SoftmaxModel
+from .glm import GLM, Family, LinearRegressionModel, LogisticModel, PoissonModel, SoftmaxModel
 from .normal_gamma import NormalGammaModel
-from .poisson import PoissonModel
 
 __all__ = [
     "DRBMModel",
+    "Family",
+    "GLM",
     "DRBMPerExampleGradients",
     "DensePerExampleGradients",
     "DifferencePerExampleGradients",

@@ -409,3 +409,37 @@ class Model:
         for name in getattr(self, "_data_attributes", ()):
             setattr(clone, name, None)
         return clone
+
+
+class RowData:
+    """The data of a model that reads its rows through a row source ``self.rows``
+    (:class:`skbayes_sg.rows.RowSource`): ``X``, ``y``, ``offset`` and ``sample_weight`` are
+    the source's, and ``without_data`` drops the source."""
+
+    _data_attributes = ("rows",)
+    rows = None
+
+    @property
+    def X(self):
+        """The features the row source holds (None without data)."""
+        return getattr(self.rows, "X", None)
+
+    @property
+    def y(self):
+        """The targets the row source holds (None without data)."""
+        return None if self.rows is None else self.rows.y
+
+    @property
+    def offset(self):
+        """Per-row offsets of the linear predictor (None: zero)."""
+        return None if self.rows is None else self.rows.offset
+
+    @property
+    def sample_weight(self):
+        """Per-row likelihood weights (None: all ones), held by the row source."""
+        return None if self.rows is None else self.rows.sample_weight
+
+    @sample_weight.setter
+    def sample_weight(self, value):
+        if self.rows is not None:
+            self.rows.sample_weight = value

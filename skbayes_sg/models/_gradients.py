@@ -9,6 +9,8 @@ and never has to form it, nor the ``P x P`` covariance.
 
 import numpy as np
 
+from ..rows import EllRows
+
 
 def row_sq_norms(X):
     """``||x_i||^2`` of each row of ``X`` (dense, or sparse), shape (n,).
@@ -20,126 +22,6 @@ def row_sq_norms(X):
     if hasattr(X, "multiply"):
         return np.asarray(X.multiply(X).sum(axis=1)).ravel()
     return np.einsum("nd,nd->n", X, X)
-
-
-try:  # scipy's compiled CSR/CSC kernels, called without the sparse classes' validation
-    from scipy.sparse._sparsetools import csc_matvec as _csc_matvec
-    from scipy.sparse._sparsetools import csr_matvec as _csr_matvec
-except ImportError:  # pragma: no cover - a scipy without them: dense minibatches only
-    _csr_matvec = _csc_matvec = None
-
-_INDPTR = {}
-
-
-class EllRows:
-    """A minibatch of a sparse, integer-valued ``X`` (one-hot features, say) in padded form.
-
-    Row ``i`` holds its nonzeros at columns ``cols[i]`` with values ``vals[i]`` (None: all
-    ones); rows with fewer nonzeros than ``k = cols.shape[1]`` are padded with the phantom
-    column ``D``, whose coefficient is zero in every product. ``X @ v`` and ``X.T @ u`` are
-    scipy's compiled CSR kernels on these arrays as they are gathered (O(n k), no copy), in
-    place of a dense minibatch that costs a cast of ``n D`` floats and two O(n D) products.
-    On a9a (k = 14 of D = 123) a minibatch's gather and two products take 15 us instead of
-    32 us. Each product sums a row's nonzero terms in column order, where BLAS sums all
-    ``D`` terms in its own blocked order: the results agree to the last bits (summation
-    order), not bit for bit.
-
-    Enough of the dense interface (``shape``, ``@``, ``.T @``, ``toarray``,
-    ``multiply(self)``, ``sum(axis=1)``) for :class:`LinearPerExampleGradients`.
-    """
-
-    ndim = 2
-    dtype = np.dtype(np.float64)
-
-    def __init__(self, cols, vals, n_features):
-        self.cols, self.vals, self.n_features = cols, vals, n_features
-        self.shape = (cols.shape[0], n_features)
-
-    _csr = _T = None  # _arrays() and T, built on first use (a C step multiplies several times)
-
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state.pop("_csr", None)
-        state.pop("_T", None)
-        return state
-
-    def _arrays(self):
-        """``(indptr, indices, data)`` of the ``n x (D + 1)`` CSR matrix (the phantom column last)."""
-        if self._csr is not None:
-            return self._csr
-        n, k = self.cols.shape
-        key = (n, k)
-        ptr = _INDPTR.get(key)
-        if ptr is None:
-            if len(_INDPTR) > 64:  # a few batch sizes per fit; never unbounded
-                _INDPTR.clear()
-            ptr = (np.arange(0, n * k + 1, k, dtype=self.cols.dtype), np.ones(n * k))
-            for a in ptr:
-                a.flags.writeable = False  # shared by every minibatch of this shape
-            _INDPTR[key] = ptr
-        data = ptr[1] if self.vals is None else self.vals.reshape(-1)
-        self._csr = (ptr[0], self.cols.reshape(-1), data)
-        return self._csr
-
-    def __matmul__(self, v):
-        if v.ndim == 2:
-            return np.stack([self @ v[:, j] for j in range(v.shape[1])], axis=1)
-        n, D = self.shape
-        x = np.empty(D + 1)
-        x[:D] = v
-        x[D] = 0.0
-        out = np.zeros(n)
-        _csr_matvec(n, D + 1, *self._arrays(), x, out)
-        return out
-
-    def rmatvec_into(self, u, out):
-        """``out[:D] += X.T @ u`` by the compiled CSC kernel, and ``out``.
-
-        ``out`` has ``D + 1`` entries: the last, the phantom column's, collects the padding's
-        terms, which mean nothing (a caller may reuse the slot, as the mean gradient does for
-        its intercept).
-        """
-        if not (u.flags.c_contiguous and u.dtype == np.float64):
-            u = np.ascontiguousarray(u, dtype=np.float64)
-        _csc_matvec(self.shape[1] + 1, self.shape[0], *self._arrays(), u, out)
-        return out
-
-    @property
-    def T(self):
-        if self._T is None:
-            self._T = _EllRowsT(self)
-        return self._T
-
-    def toarray(self):
-        n, D = self.shape
-        out = np.zeros((n, D + 1))
-        out[np.arange(n)[:, None], self.cols] = 1.0 if self.vals is None else self.vals
-        return out[:, :D].copy()
-
-    def multiply(self, other):
-        """The elementwise product with itself (``row_sq_norms``, ``sum_of_squares``)."""
-        if other is not self:
-            raise NotImplementedError("EllRows.multiply: only X.multiply(X)")
-        return EllRows(self.cols, None if self.vals is None else self.vals * self.vals, self.n_features)
-
-    def sum(self, axis=None):
-        if axis != 1:
-            raise NotImplementedError("EllRows.sum: only axis=1")
-        real = self.cols != self.n_features
-        return np.where(real, 1.0 if self.vals is None else self.vals, 0.0).sum(axis=1)
-
-
-class _EllRowsT:
-    """``X.T`` of an :class:`EllRows` ``X``, for products ``X.T @ u``."""
-
-    def __init__(self, rows):
-        self.rows = rows
-        self.shape = rows.shape[::-1]
-
-    def __matmul__(self, u):
-        if u.ndim == 2:
-            return np.stack([self @ u[:, j] for j in range(u.shape[1])], axis=1)
-        return self.rows.rmatvec_into(u, np.zeros(self.rows.shape[1] + 1))[: self.rows.shape[1]]
 
 
 class PerExampleGradients:

@@ -44,7 +44,8 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-from ._base import Model, largest_abs
+from ..rows import as_row_source
+from ._base import Model, RowData, largest_abs
 from ._gradients import PerExampleGradients
 from .glm import class_codes
 
@@ -236,7 +237,7 @@ class DRBMPerExampleGradients(PerExampleGradients):
         return self._join(_xt_dot(X2, a2), u, c, d)
 
 
-class DRBMModel(Model):
+class DRBMModel(RowData, Model):
     """Bayesian discriminative restricted Boltzmann machine.
 
     ``p(y | x) = exp(F_y(x)) / sum_y* exp(F_y*(x))`` with the free energy
@@ -295,7 +296,6 @@ class DRBMModel(Model):
         ``D``, ``H``, ``C``.
     """
 
-    _data_attributes = ("X", "y", "sample_weight")
     _supports_sample_weight = True
 
     def __init__(
@@ -312,8 +312,9 @@ class DRBMModel(Model):
         dtype="float64",
         random_state=None,
     ):
-        self.X = _as_csr(X)
-        self.y = class_codes(y)  # used only as indices: uint8 codes serve as they are
+        # Class codes are used only as indices: uint8 codes serve as they are. Gathers read X
+        # itself (no one-byte copy: the input-layer products dominate a step, not the gather).
+        self.rows = as_row_source(_as_csr(X), class_codes(y), compact=False)
         self.n_classes = int(n_classes)
         self.n_hidden = int(n_hidden)
         self.n_features = int(X.shape[1])
@@ -495,30 +496,30 @@ class DRBMModel(Model):
                 A_out[s:e] = Ak.transpose(0, 2, 1)
         return ll, a, r, np.ascontiguousarray(A_sum.T)
 
-    def _rows(self, idx):
-        if idx is None:
-            return self.X, self.y
-        if isinstance(idx, np.ndarray) and isinstance(self.X, np.ndarray):
-            # np.take gathers rows faster than fancy indexing.
-            return np.take(self.X, idx, axis=0), np.take(self.y, idx, axis=0)
-        # Sparse X (CSR): a row gather or slice that stays sparse.
-        return self.X[idx], self.y[idx]
-
     # -- likelihood and prior ------------------------------------------------------
     def per_example_gradients(self, theta, idx):
         """Structured per-example gradients of the rows ``idx`` (see :class:`DRBMPerExampleGradients`)."""
-        X, y = self._rows(idx)
+        X, y, w, _ = self.rows.gather(idx)
         A = np.empty((X.shape[0], self.n_hidden, self.n_classes), dtype=self.operator_dtype)
-        _, a, r, A_sum = self._batch(theta, X, y, A_out=A, w=self._weights_of(idx))
+        _, a, r, A_sum = self._batch(theta, X, y, A_out=A, w=w)
         return DRBMPerExampleGradients(X, A, a, r, self.fit_intercept, A_sum=A_sum)
 
     def log_likelihood_and_grad(self, theta, idx=None):
         """Summed log likelihood of rows ``idx`` (all if None) and its gradient, in O(rows H C) time.
 
-        Rows are processed in blocks, so memory stays bounded on any ``N``.
+        Rows are processed in blocks (the row source's for all rows), so memory stays bounded
+        on any ``N``.
         """
-        X, y = self._rows(idx)
-        w = self._weights_of(idx)
+        if idx is None:
+            ll, gW, gU, gc, gd = self.rows.reduce_blocks(lambda block: self._sums(theta, block), _OUTER_ROWS)
+        else:
+            ll, gW, gU, gc, gd = self._sums(theta, self.rows.gather(idx))
+        grad = np.concatenate([gW.ravel(), gU.ravel()] + ([gc, gd] if self.fit_intercept else []))
+        return ll, grad
+
+    def _sums(self, theta, block):
+        """The log likelihood and the gradient's parts ``(gW, gU, gc, gd)`` summed over a block."""
+        X, y, w, _ = block
         H, D, C = self.n_hidden, self.n_features, self.n_classes
         gW, gU, gc, gd = np.zeros((H, D)), np.zeros((H, C)), np.zeros(H), np.zeros(C)
         total = 0.0
@@ -532,8 +533,7 @@ class DRBMModel(Model):
             gU += A_sum
             gc += a.sum(axis=0)
             gd += r.sum(axis=0)
-        grad = np.concatenate([gW.ravel(), gU.ravel()] + ([gc, gd] if self.fit_intercept else []))
-        return total, grad
+        return total, gW, gU, gc, gd
 
     def log_prior_and_grad(self, theta):
         """Log density of ``N(0, alpha^-1 I)`` (up to a constant) and its gradient."""

@@ -1,0 +1,80 @@
+"""Many paths at once (multilevel SGLD), vectorised, for every GLM family.
+
+A row's log likelihood depends on ``theta`` only through its predictor ``z_i`` (K,) and the
+extra parameters, so with ``x~_i = (x_i, 1)`` ``g_i = x~_i (x) r_i`` and
+``H_i v = x~_i (x) S_i``: every stack of sums below is two batched minibatch products,
+O(M n P), with the family's residuals and curvature.
+"""
+
+import numpy as np
+
+from .._base import as_paths
+
+
+class PathsMixin:
+    """Stacks of paths of a :class:`~skbayes_sg.models.glm.GLM` (mixed into it)."""
+
+    def _path_predictor(self, thetas, block):
+        """Linear predictors (M, n, K) of a stack ``thetas`` (M, P) at a block of rows (M, n, D)."""
+        W, b, _ = self.unpack(thetas)
+        Z = np.matmul(block.X, W) + b[:, None, :]
+        if block.offset is not None:
+            Z += block.offset[..., None]
+        return Z
+
+    def _path_sums(self, Xb, R, extra=None):
+        """``sum_i x~_i (x) R_i`` (and ``sum_i extra_i``) over each path's rows, shape (M, P)."""
+        M = Xb.shape[0]
+        parts = [np.matmul(Xb.transpose(0, 2, 1), R).reshape(M, -1)]
+        if self.fit_intercept:
+            parts.append(R.sum(axis=1))
+        if extra is not None:
+            parts.append(extra.sum(axis=1))
+        return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+
+    def grad_log_prior_paths(self, thetas):
+        return self.grad_log_prior(np.atleast_2d(np.asarray(thetas, dtype=float)))
+
+    def loglik_grad_paths(self, thetas, idx):
+        thetas, idx = as_paths(thetas, idx)
+        block = self.rows.gather(idx)
+        R, E = self.family.gradient_terms(self._path_predictor(thetas, block), block.y, self._extra(thetas))
+        return self._path_sums(block.X, *self._weighed(block.sample_weight, R, E))
+
+    def loglik_hvp_paths(self, thetas, V, idx):
+        V = np.atleast_2d(np.asarray(V, dtype=float))
+        thetas = np.broadcast_to(np.asarray(thetas, dtype=float), V.shape)
+        thetas, idx = as_paths(thetas, idx)
+        block = self.rows.gather(idx)
+        W_v, b_v, e_v = self.unpack(V)
+        U = np.matmul(block.X, W_v) + b_v[:, None, :]
+        S, Se = self._curvature(thetas, self._path_predictor(thetas, block), block.y, U, e_v)
+        return self._path_sums(block.X, *self._weighed(block.sample_weight, S, Se))
+
+    def taylor_cache(self, theta0):
+        """Per-row predictor, gradient terms and curvature state at ``theta0``, unweighted
+        (:meth:`taylor_remainder_paths` applies the row weights): one full-data pass per
+        expansion point, after which each remainder needs only the minibatch at theta."""
+        t0 = np.asarray(theta0, dtype=float)[None]
+        block = self.rows.gather(np.arange(self.n_samples)[None])
+        Z0 = self._path_predictor(t0, block)
+        R0, E0 = self.family.gradient_terms(Z0, block.y, self._extra(t0))
+        return Z0[0], R0[0], None if E0 is None else E0[0], self.family.curvature_state(Z0, block.y)[0]
+
+    def taylor_remainder_paths(self, thetas, theta0, idx, cache=None):
+        thetas, idx = as_paths(thetas, idx)
+        theta0 = np.asarray(theta0, dtype=float)
+        Z0_all, R0_all, E0_all, C0_all = self.taylor_cache(theta0) if cache is None else cache
+        block = self.rows.gather(idx)
+        Z = self._path_predictor(thetas, block)
+        R, E = self.family.gradient_terms(Z, block.y, self._extra(thetas))
+        # The predictor is linear in theta: the direction theta - theta0 moves it by Z - Z0.
+        n_w = self.n_params - self._n_extra
+        S, Se = self.family.apply_curvature(
+            self._extra(np.broadcast_to(theta0, thetas.shape)), C0_all[idx], Z - Z0_all[idx], (thetas - theta0)[:, n_w:]
+        )
+        R -= R0_all[idx]
+        R -= S
+        E = None if E is None else E - E0_all[idx] - Se
+        # The cache holds the unweighted terms at theta0: the weights scale the remainder.
+        return self._path_sums(block.X, *self._weighed(block.sample_weight, R, E))

@@ -1,0 +1,203 @@
+"""The row-source interface: how a model reads its data.
+
+A model never indexes its training data itself: it asks a :class:`RowSource` for the rows
+of a minibatch (:meth:`RowSource.gather`, a whole index array at once, the rows in that
+order) and for full-data passes (:meth:`RowSource.reduce_blocks`, which applies a function
+to each block of rows and sums the results, or :meth:`RowSource.map_rows`, which
+concatenates per-row results). A source whose rows live elsewhere (partitions of an array
+on a cluster) implements the same three calls: the gather is one bulk request for every
+index it is given, and a full-data pass sends the function to where the blocks are and
+returns only the sums.
+
+The targets, the per-row likelihood weights and the per-row offsets of the linear
+predictor travel with the rows: every block is a :class:`Block`.
+"""
+
+import mmap
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+
+class Block(NamedTuple):
+    """Rows of the data as a model consumes them.
+
+    Attributes
+    ----------
+    X : ndarray, sparse matrix or operator of shape (n, D)
+        Features; anything a likelihood can multiply (``X @ v``, ``X.T @ u``). A stack
+        (..., n, D) for a stack of index arrays.
+    y : ndarray of shape (n,)
+        Targets, in the dtype the source was asked for.
+    sample_weight : ndarray of shape (n,) or None
+        Likelihood weights of the rows; None when all are one.
+    offset : ndarray of shape (n,) or None
+        Per-row offsets added to the linear predictor (an exposure's log); None when zero.
+    """
+
+    X: object
+    y: object
+    sample_weight: object
+    offset: object
+
+
+def memory_mapped(X):
+    """Whether dense ``X`` lives in a memory map (a ``numpy.memmap`` or a view of one, as
+    ``validate_data`` returns for a memmap)."""
+    while isinstance(X, np.ndarray):
+        if isinstance(X, np.memmap):
+            return True
+        X = X.base
+    return isinstance(X, mmap.mmap)
+
+
+def row_block(X, rows):
+    """Rows ``rows`` (a slice with step 1) of dense or CSR ``X`` as a view, not a copy.
+
+    Slicing a CSR matrix copies the block's entries, and so does its constructor given
+    views that are small parts of their arrays (scipy prunes them); a matrix whose arrays
+    are set to slices of X's shares them (only the block's row pointers are new).
+    """
+    if not sp.issparse(X):
+        return X[rows]
+    start, stop = rows.start, min(rows.stop, X.shape[0])
+    a, b = X.indptr[start], X.indptr[stop]
+    block = type(X)((stop - start, X.shape[1]), dtype=X.dtype)
+    block.data, block.indices, block.indptr = X.data[a:b], X.indices[a:b], X.indptr[start : stop + 1] - a
+    return block
+
+
+def transpose(X):
+    """``X.T``; for CSR ``X``, a CSC matrix over the same arrays.
+
+    scipy's transpose goes through the constructor, which copies the arrays of a row
+    block from :func:`row_block` (views of a small part of X's): every ``X.T @ r`` of a
+    full-data pass would copy the block's entries, a quarter of its time.
+    """
+    if not (sp.issparse(X) and X.format == "csr"):
+        return X.T
+    csc = sp.csc_matrix if isinstance(X, sp.spmatrix) else sp.csc_array
+    T = csc((X.shape[1], X.shape[0]), dtype=X.dtype)
+    T.data, T.indices, T.indptr = X.data, X.indices, X.indptr
+    return T
+
+
+def _add(total, part):
+    """``total + part`` for numbers, arrays and tuples of them (None stays None)."""
+    if isinstance(part, tuple):
+        return tuple(_add(t, p) for t, p in zip(total, part))
+    if part is None:
+        return None
+    return total + part
+
+
+class RowSource:
+    """Rows of a data set, their targets, weights and offsets, as a model reads them.
+
+    Subclasses implement :meth:`gather`, :meth:`block_slices` and :meth:`block`; the
+    reductions over blocks are derived here. ``n_rows`` and ``n_features`` give the shape,
+    ``nbytes`` the memory held (``Model.__sizeof__`` reports it, so that dask's ``sizeof``
+    sees the data), and ``keeps_row_state`` whether a model may keep per-row caches beside
+    it (False for data on disk: a fit over it allocates nothing that grows with N).
+
+    Attributes
+    ----------
+    y : ndarray of shape (N,)
+    sample_weight : ndarray of shape (N,) or None
+    offset : ndarray of shape (N,) or None
+    y_dtype : numpy dtype or None
+        The dtype the targets of every block are converted to (None: as stored).
+    """
+
+    keeps_row_state = True
+    y = sample_weight = offset = y_dtype = None
+
+    @property
+    def n_rows(self):
+        """Number of rows ``N``."""
+        raise NotImplementedError
+
+    @property
+    def n_features(self):
+        """Number of features ``D``."""
+        raise NotImplementedError
+
+    @property
+    def nbytes(self):
+        """Bytes held by the source: features, targets, weights, offsets and any copies."""
+        return sum(_nbytes(a) for a in (self.y, self.sample_weight, self.offset))
+
+    def gather(self, idx, *, products_only=False):
+        """The rows ``idx`` as a :class:`Block`, in the order of ``idx``.
+
+        Parameters
+        ----------
+        idx : ndarray of int, slice or None
+            Row indices (a 2-D array gives a stack of dense (M, n, D) features, one per
+            path), a slice (a view where the storage allows) or None (all rows).
+        products_only : bool, default=False
+            The caller only multiplies the features by vectors (``X @ v``, ``X.T @ u``,
+            ``row_sq_norms``): the source may return a lighter operator than a matrix.
+        """
+        raise NotImplementedError
+
+    def block_slices(self, rows_per_block):
+        """Row slices of a full-data pass, ``[None]`` for one block of all rows."""
+        raise NotImplementedError
+
+    def block(self, rows):
+        """The :class:`Block` of the rows ``rows`` (a slice of :meth:`block_slices`, or None)."""
+        raise NotImplementedError
+
+    def blocks(self, rows_per_block):
+        """``(rows, Block)`` over all rows in order, at most ``rows_per_block`` rows a block."""
+        for rows in self.block_slices(rows_per_block):
+            yield rows, self.block(rows)
+
+    def reduce_blocks(self, f, rows_per_block):
+        """``sum_b f(block_b)`` over the blocks of all rows, summed in row order.
+
+        ``f`` returns a number, an array or a tuple of them (None entries stay None). What a
+        full-data pass allocates is bounded by a block, not N.
+        """
+        total = None
+        for _, block in self.blocks(rows_per_block):
+            part = f(block)
+            total = part if total is None else _add(total, part)
+        return total
+
+    def map_rows(self, f, rows_per_block, width=None):
+        """``f(block)`` of every block, concatenated in row order.
+
+        ``f`` returns one array of a row per row of the block, or a tuple of them; ``width``
+        gives each output's shape per row: None for (N,), an int ``w`` for (N, w), a tuple
+        of these for a tuple of outputs.
+        """
+        many = isinstance(width, tuple)
+        widths = width if many else (width,)
+        outs = tuple(np.empty((self.n_rows,) if w is None else (self.n_rows, w)) for w in widths)
+        for rows, block in self.blocks(rows_per_block):
+            parts = f(block)
+            for out, part in zip(outs, parts if many else (parts,)):
+                out[slice(None) if rows is None else rows] = part
+        return outs if many else outs[0]
+
+    def take_rows(self, a, idx):
+        """Rows ``idx`` of a per-row array ``a`` (weights, offsets, a model's per-row cache)."""
+        if a is None or idx is None:
+            return a
+        if isinstance(idx, np.ndarray):
+            return np.take(a, idx, axis=0)
+        return a[idx]
+
+
+def _nbytes(a):
+    """Bytes of an array, a sparse matrix or a tuple of them."""
+    if a is None or a is False:
+        return 0
+    if sp.issparse(a):
+        return a.data.nbytes + a.indices.nbytes + a.indptr.nbytes
+    if isinstance(a, tuple):
+        return sum(_nbytes(p) for p in a)
+    return getattr(a, "nbytes", 0)
