@@ -324,17 +324,16 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
     def _validate_predict_data(self, X, exposure, offset):
         check_is_fitted(self, "samples_")
         X = validate_data(self, X, dtype=np.float64, accept_sparse="csr", reset=False)
-        off = row_offset(X.shape[0], exposure, offset)
-        return X, (np.ones(X.shape[0]) if off is None else np.exp(off))
+        return X, row_offset(X.shape[0], exposure, offset)
 
-    def _rate_moments(self, X):
-        """Posterior mean and variance of the rate ``exp(x . w + b)`` over the prediction draws,
-        in blocks of rows and draws (see ``n_predict_draws``)."""
+    def _rate_moments(self, X, offset):
+        """Posterior mean and variance of the mean count ``exp(x . w + b + offset)`` over the
+        prediction draws, in blocks of rows and draws (see ``n_predict_draws``)."""
         thetas, weights = self._predict_draws()
         mean = np.zeros(X.shape[0])
         second = np.zeros(X.shape[0])
         for rows, draws in self._predict_blocks(X.shape[0], thetas.shape[0], 1):
-            mu = self._model.predict_draws(thetas[draws], X[rows])
+            mu = self._model.predict_draws(thetas[draws], X[rows], None if offset is None else offset[rows])
             mean[rows] += weights[draws] @ mu
             second[rows] += weights[draws] @ (mu * mu)
         # Signed multilevel weights can make the variance estimate slightly negative.
@@ -361,12 +360,11 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
         y_std : ndarray of shape (n_samples,)
             Only when ``return_std`` is True.
         """
-        X, scale = self._validate_predict_data(X, exposure, offset)
-        mean, var = self._rate_moments(X)
-        mean *= scale
+        X, offset = self._validate_predict_data(X, exposure, offset)
+        mean, var = self._rate_moments(X, offset)
         if not return_std:
             return mean
-        return mean, np.sqrt(mean + var * scale * scale)
+        return mean, np.sqrt(mean + var)
 
     def score(self, X, y, sample_weight=None, *, exposure=None, offset=None):
         """D^2, the fraction of Poisson deviance explained, as ``PoissonRegressor.score``.
@@ -419,11 +417,10 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples)
         """
-        X, scale = self._validate_predict_data(X, exposure, offset)
+        X, offset = self._validate_predict_data(X, exposure, offset)
         rng = check_random_state(random_state)
         if self.sample_weight_ is not None:
-            mean, var = self._rate_moments(X)
-            mean, var = mean * scale, var * scale * scale
+            mean, var = self._rate_moments(X, offset)
             # NB(r, p): mean r (1 - p) / p, variance mean / p, so p = mean / (mean + var).
             spread = var > 1e-12 * np.maximum(mean, 1e-300)
             p = np.where(spread, mean / (mean + np.where(spread, var, 1.0)), 1.0)
@@ -434,7 +431,7 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
             return out
         thetas = self._flat_samples()
         pick = rng.randint(0, thetas.shape[0], size=n_samples)
-        mu = self._model.predict_draws(thetas[pick], X) * scale
+        mu = self._model.predict_draws(thetas[pick], X, offset)
         return rng.poisson(mu).T.astype(float)
 
     # -- ArviZ export --------------------------------------------------------------------
@@ -481,24 +478,19 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
         return None if off is None else off[rows]
 
     def _log_likelihood(self, X, codes):
-        """Per draw and row ``log Poisson(y_i | mu_i e^{o_i})``, from the model's log likelihood
-        at a zero offset: ``+ y_i o_i - mu_i (e^{o_i} - 1)``."""
+        """Per draw and row ``log Poisson(y_i | exp(x_i . w + b + offset_i))``."""
         thetas = self._flat_samples()
         out = np.empty((thetas.shape[0], X.shape[0]))
         for rows, draws in self._predict_blocks(X.shape[0], thetas.shape[0], 1):
-            ll = self._model.log_likelihood_draws(thetas[draws], X[rows], codes[rows])
             off = self._export_rows_offset(rows)
-            if off is not None:
-                ll += codes[rows] * off - self._model.predict_draws(thetas[draws], X[rows]) * np.expm1(off)
-            out[draws, rows] = ll
+            out[draws, rows] = self._model.log_likelihood_draws(thetas[draws], X[rows], codes[rows], off)
         return out
 
     def _sample_targets(self, X, rng):
         """One count per stored draw and row, shape (n_draws_total, n)."""
         thetas = self._flat_samples()
         off = self._export_rows_offset(slice(None))
-        scale = 1.0 if off is None else np.exp(off)
         out = np.empty((thetas.shape[0], X.shape[0]))
         for draws in self._draw_blocks(X.shape[0]):
-            out[draws] = rng.poisson(self._model.predict_draws(thetas[draws], X) * scale)
+            out[draws] = rng.poisson(self._model.predict_draws(thetas[draws], X, off))
         return out
