@@ -27,50 +27,50 @@ def estimate(
 ):
     """Multilevel SGLD estimate of the posterior expectation ``E[g(theta)]`` to RMSE ``target_rmse``.
 
-        Sets up :class:`~skbayes_sg.multilevel.CoupledSGLD` levels from ``theta0``, at the
-        sampler's ``h_0`` and ``m`` (resolved here from the curvature at ``theta0``, as a chain
-        sampler resolves its ``h`` in ``init_state``), and runs Giles' driver
-        :func:`~skbayes_sg.multilevel.mlmc` on them.
+    Sets up :class:`~skbayes_sg.multilevel.CoupledSGLD` levels from ``theta0``, at the
+    sampler's ``h_0`` and ``m`` (resolved here from the curvature at ``theta0``, as a chain
+    sampler resolves its ``h`` in ``init_state``), and runs Giles' driver
+    :func:`~skbayes_sg.multilevel.mlmc` on them.
 
-        Parameters
-        ----------
-        sampler : MLSGLD
-            The hyperparameters: ``target_rmse``, the coupling's variants, ``h_0``, ``m``, the
-            levels and the budget.
-        model : Model
-            For instance ``LogisticModel(X, y)`` from :mod:`skbayes_sg.models`.
-        g : callable or None, default=None
-            Maps states (M, P) to (M,) or (M, q). None estimates the posterior mean.
-        theta0 : ndarray of shape (P,), optional
-            Start of every path and Taylor expansion point; by default the estimators' MAP
-            (:func:`~skbayes_sg.models.find_map`).
-        rmse_units : {"posterior_sd", "absolute"}, default="posterior_sd"
-            ``target_rmse`` in units of each ``g_j``'s sd at level 0, or as given (then it may
-            also be an array of shape (q,)).
-        batch_size : int, "auto" or None, default="auto"
-            ``n``; ``"auto"``: the paper's ``ceil(N^(1/3))``; None: the full data.
-        n_jobs, random_state, keep_draws, verbose
-            As in :func:`~skbayes_sg.multilevel.mlmc` (``random_state`` its ``seed``).
+    Parameters
+    ----------
+    sampler : MLSGLD
+        The hyperparameters: ``target_rmse``, the coupling's variants, ``h_0``, ``m``, the
+        levels and the budget.
+    model : Model
+        For instance ``LogisticModel(X, y)`` from :mod:`skbayes_sg.models`.
+    g : callable or None, default=None
+        Maps states (M, P) to (M,) or (M, q). None estimates the posterior mean.
+    theta0 : ndarray of shape (P,), optional
+        Start of every path and Taylor expansion point; by default the estimators' MAP
+        (:func:`~skbayes_sg.models.find_map`).
+    rmse_units : {"posterior_sd", "absolute"}, default="posterior_sd"
+        ``target_rmse`` in units of each ``g_j``'s sd at level 0, or as given (then it may
+        also be an array of shape (q,)).
+    batch_size : int, "auto" or None, default="auto"
+        ``n``; ``"auto"``: the paper's ``ceil(N^(1/3))``; None: the full data.
+    n_jobs, random_state, keep_draws, verbose
+        As in :func:`~skbayes_sg.multilevel.mlmc` (``random_state`` its ``seed``).
 
-        Returns
-        -------
-        MultilevelResult
-            Its ``n_grad_evals_setup`` counts the data items the set-up touched (MAP and
-            Hessians); ``settings`` holds ``theta0``, ``step_size``, ``horizon``,
-            ``batch_size``, ``taylor``, ``lambda_max`` and ``lambda_min``.
+    Returns
+    -------
+    MultilevelResult
+        Its ``n_grad_evals_setup`` counts the data items the set-up touched (MAP and
+        Hessians); ``settings`` holds ``theta0``, ``step_size``, ``horizon``,
+        ``batch_size``, ``taylor``, ``lambda_max`` and ``lambda_min``.
 
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from skbayes_sg.models import LogisticModel
-        >>> from skbayes_sg.multilevel import estimate
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skbayes_sg.models import LogisticModel
+    >>> from skbayes_sg.multilevel import estimate
     >>> from skbayes_sg.samplers import MLSGLD
-        >>> rng = np.random.default_rng(0)
-        >>> X = rng.standard_normal((1000, 2))
-        >>> y = (rng.random(1000) < 1 / (1 + np.exp(-X @ [1.0, -0.5]))).astype(float)
-        >>> res = estimate(MLSGLD(target_rmse=0.2), LogisticModel(X, y), random_state=0)
-        >>> res.estimate.shape
-        (3,)
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((1000, 2))
+    >>> y = (rng.random(1000) < 1 / (1 + np.exp(-X @ [1.0, -0.5]))).astype(float)
+    >>> res = estimate(MLSGLD(target_rmse=0.2), LogisticModel(X, y), random_state=0)
+    >>> res.estimate.shape
+    (3,)
     """
     sampler.validate()
     N, setup = model.n_samples, 0
