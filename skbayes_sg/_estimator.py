@@ -20,7 +20,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from sklearn.utils.validation import validate_data as _sklearn_validate_data
 from threadpoolctl import threadpool_limits
 
-from . import _run_length, diagnostics
+from . import _run_length, _stein, diagnostics
 from ._chains import advance_chains, coarsened_thin, draw_schedule, start_chains
 from ._geometry import Geometry, build_geometry, noise_probe
 from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
@@ -114,6 +114,10 @@ class BaseSGBayes(BaseEstimator):
     _auto_preconditioner = True
     #: Whether multilevel samplers (MLSGLD) may fit this estimator's model.
     _supports_multilevel = True
+    #: Whether ``fit`` scores the draws for the kernel Stein discrepancy and its bias test
+    #: (``diagnostics_["ksd"]``): not where the posterior is multimodal by construction
+    #: (the DRBM's hidden-unit permutations), whose chains never visit every mode.
+    _ksd_at_fit = True
 
     _parameter_constraints = {
         "sampler": [str, HasMethods(["init_state", "step"])],
@@ -511,6 +515,7 @@ class BaseSGBayes(BaseEstimator):
         self.diagnostics_ = self._diagnostics(results, draws, stats, info, n_grad, batch_size, eff_thin, summary)
         self._observed_y = y
         self._set_posterior_attributes(self._model)
+        self._stein_diagnostics(chain_model, geometry, n_grad if interrupted is None else None)
         self._warn_fit(sampler, X)
         if interrupted is not None:
             self.diagnostics_["interrupted"] = True
@@ -693,6 +698,7 @@ class BaseSGBayes(BaseEstimator):
         self.n_iter_ = int(diag.get("n_iter", 0))
         self._model = self._prediction_model(model)
         self.diagnostics_ = dict(diag)
+        self._stein = None  # signed weights: no KSD (see _stein_diagnostics)
         self._observed_y = None
         self._set_posterior_attributes(self._model)
         return self
@@ -751,6 +757,8 @@ class BaseSGBayes(BaseEstimator):
             )
         convergence = self._convergence_messages()
         if noise is None and not convergence:
+            noise = self._ksd_bias_message(sampler)
+        if noise is None and not convergence:
             return
         parts = [noise] if noise is not None else []
         if convergence:
@@ -763,6 +771,56 @@ class BaseSGBayes(BaseEstimator):
             f"{type(self).__name__} with {type(sampler).__name__}: " + " ".join(parts),
             category,
             stacklevel=_caller_stacklevel(),
+        )
+
+    def _stein_diagnostics(self, chain_model, geometry, n_grad):
+        """Score the draws for the kernel Stein discrepancy while the data are at hand.
+
+        Sets ``_stein`` (the thinned draws and their full-data scores, see
+        :func:`._stein.fit_statistics`; the KSD needs the data, which the fitted estimator
+        does not keep), ``diagnostics_["ksd"]`` and the bias test's ``diagnostics_["ksd_pvalue"]``.
+        None (no KSD) for an interrupted fit (``n_grad`` None) and for models whose
+        posterior is multimodal by construction (``_ksd_at_fit`` False).
+        """
+        self._stein = None
+        if n_grad is None or not self._ksd_at_fit:
+            return
+        thetas = self._flat_samples()
+        affine = self._user_affine()
+        if affine is not None:
+            thetas = (thetas - affine[1]) / affine[0]
+        self._stein = _stein.fit_statistics(
+            chain_model,
+            thetas,
+            self.samples_.shape[0],
+            n_grad,
+            geometry.L is not None,
+            lambda t: Geometry.to_chain(chain_model, t),
+        )
+        stein = self._stein
+        self.diagnostics_["ksd"] = _stein.ksd_from_kernel(_stein.imq_stein_kernel(stein["x"], stein["s"]))
+        ess = np.asarray(self.diagnostics_.get("ess", np.nan), dtype=float)
+        test = _stein.bias_test(stein, float(np.min(ess)) if ess.size else np.nan, self.samples_.shape[0])
+        if test is not None:
+            self.diagnostics_["ksd_pvalue"] = test[1]
+
+    def _ksd_bias_message(self, sampler):
+        """Why the draws' KSD says they are biased (bootstrap p-value below
+        ``_stein.BIAS_LEVEL``), naming the likeliest fix, or None."""
+        p = self.diagnostics_.get("ksd_pvalue")
+        if p is None or p > _stein.BIAS_LEVEL:
+            return None
+        h = self.diagnostics_.get("step_size", np.nan)
+        if not isinstance(getattr(sampler, "step_size", "auto"), str):
+            fix = f"decrease step_size (step_size={h:.3g} was set by hand; step_size='auto' sets it from the noise)"
+        elif self.diagnostics_.get("gradient") == "minibatch":
+            fix = "use gradient='control_variate' or a larger batch_size"
+        else:
+            fix = "decrease step_size or increase batch_size"
+        return (
+            f"the kernel Stein discrepancy of the draws (KSD={self.diagnostics_['ksd']:.3g}) is larger than exact "
+            f"draws of the same effective size give (bootstrap p={p:.2g}): the draws are biased, likeliest by a step "
+            f"too large for the posterior or its gradient noise. {fix[0].upper() + fix[1:]}."
         )
 
     def _predicted_noise_message(self, sampler):
@@ -910,7 +968,9 @@ class BaseSGBayes(BaseEstimator):
             A dict of columns (``parameter``, ``mean``, ``sd``, ``ci_lower``, ``ci_upper``,
             ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table.
         """
-        return diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci, self.sample_weight_)
+        out = diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci, self.sample_weight_)
+        out.ksd = self.diagnostics_.get("ksd")
+        return out
 
     def _feature_names(self, feature_names=None):
         """Names of the features: ``feature_names`` (validated), else ``feature_names_in_``,
