@@ -38,8 +38,6 @@ The cost is ``m`` full-data gradients and O(m^2 P) for the kernel matrix (three 
 products, no loop over pairs).
 """
 
-import numpy as np
-
 from . import _stein
 
 
