@@ -40,7 +40,6 @@ from skbayes_sg.linear_model import SGBayesLinearRegression, SGBayesLogisticRegr
 from skbayes_sg.metrics import ksd_scorer  # noqa: E402
 from skbayes_sg.samplers import SGLD  # noqa: E402
 
-
 #: Three splits training on 90% of the rows. A step size acts relative to N (the curvature
 #: and the gradient noise grow with it), so a fold trained on fewer rows runs a relatively
 #: smaller step: with 3-fold CV (2/3 of the rows) the KSD picked a step 1.5x too large for
