@@ -804,6 +804,15 @@ class BaseSGBayes(BaseEstimator):
         if test is not None:
             self.diagnostics_["ksd_pvalue"] = test[1]
 
+    def __getstate__(self):
+        # The KSD's draws and scores (_stein) are a cache of fit-time work for kernels other
+        # than the default: a pickle (a saved model, a worker's result) keeps the KSD in
+        # diagnostics_ only and so no second copy of the draws.
+        state = super().__getstate__()
+        if state.get("_stein") is not None:
+            state = {**state, "_stein": None}
+        return state
+
     def _ksd_bias_message(self, sampler):
         """Why the draws' KSD says they are biased (bootstrap p-value below
         ``_stein.BIAS_LEVEL``), naming the likeliest fix, or None."""

@@ -41,8 +41,8 @@ products, no loop over pairs).
 from . import _stein
 
 
-def _fitted_stein(estimator):
-    """The Stein ingredients a fit stored, from the estimator or a Pipeline's last step."""
+def _final_step(estimator):
+    """The estimator, or a (nested) Pipeline's final step, checked to be a fitted skbayes_sg one."""
     est = estimator
     steps = getattr(est, "steps", None)
     while steps is not None:  # a Pipeline (possibly nested): the final step is the estimator
@@ -53,14 +53,13 @@ def _fitted_stein(estimator):
             f"{type(est).__name__} is not fitted or is not a skbayes_sg estimator; the kernel Stein discrepancy "
             "needs the draws of a fitted skbayes_sg estimator (fit it first)."
         )
-    stein = getattr(est, "_stein", None)
-    if stein is None:
+    if "ksd" not in getattr(est, "diagnostics_", {}):
         raise ValueError(
             f"{type(est).__name__}'s fit computed no kernel Stein discrepancy: it is not defined for multilevel "
             "(signed-weight) draws, interrupted fits or multimodal posteriors (the DRBM). Score such fits by a "
             "held-out metric or compare their posterior summaries."
         )
-    return stein
+    return est
 
 
 def kernel_stein_discrepancy(estimator, *, c=1.0, beta=-0.5):
@@ -68,7 +67,9 @@ def kernel_stein_discrepancy(estimator, *, c=1.0, beta=-0.5):
 
     Uses the draws and full-data scores that ``fit`` stored (see the module's notes:
     ``m <= 1000`` draws evenly spaced over every chain, in whitened coordinates); only the
-    kernel is computed here, in O(m^2 P).
+    kernel is computed here, in O(m^2 P). The default kernel's KSD is the fit's
+    ``diagnostics_["ksd"]``; a pickled estimator keeps only that (the scores are a
+    cache that would double its size).
 
     Parameters
     ----------
@@ -88,7 +89,7 @@ def kernel_stein_discrepancy(estimator, *, c=1.0, beta=-0.5):
     ------
     ValueError
         The estimator is not fitted, or its fit computed no KSD (multilevel draws,
-        interrupted fits, the DRBM).
+        interrupted fits, the DRBM), or it was pickled and another kernel is asked for.
 
     References
     ----------
@@ -106,7 +107,16 @@ def kernel_stein_discrepancy(estimator, *, c=1.0, beta=-0.5):
     >>> float(kernel_stein_discrepancy(est)) < 1.0
     True
     """
-    stein = _fitted_stein(estimator)
+    est = _final_step(estimator)
+    if c == 1.0 and beta == -0.5:
+        return float(est.diagnostics_["ksd"])
+    stein = getattr(est, "_stein", None)
+    if stein is None:
+        raise ValueError(
+            f"This {type(est).__name__} was pickled, which keeps the KSD of the default kernel "
+            f"(diagnostics_['ksd']) but not the scores that another kernel (c={c!r}, beta={beta!r}) needs; "
+            "refit it to compute the KSD with another kernel."
+        )
     return _stein.ksd_from_kernel(_stein.imq_stein_kernel(stein["x"], stein["s"], c, beta))
 
 

@@ -1,5 +1,6 @@
 """The kernel Stein discrepancy: its kernel, the scores a fit stores, the scorer, the bias check."""
 
+import pickle
 import warnings
 
 import numpy as np
@@ -166,6 +167,10 @@ def test_exact_fit_ksd_is_at_its_floor():
     assert est.diagnostics_["ksd"] == pytest.approx(kernel_stein_discrepancy(est))
     assert kernel_stein_discrepancy(est, c=2.0) != pytest.approx(kernel_stein_discrepancy(est))
     assert "kernel Stein discrepancy" in str(est.summary())
+    restored = pickle.loads(pickle.dumps(est))  # keeps the default kernel's KSD only
+    assert kernel_stein_discrepancy(restored) == est.diagnostics_["ksd"]
+    with pytest.raises(ValueError, match="pickled"):
+        kernel_stein_discrepancy(restored, c=2.0)
 
 
 # -- the scorer -----------------------------------------------------------------------
