@@ -797,10 +797,10 @@ class BaseSGBayes(BaseEstimator):
             geometry.L is not None,
             lambda t: Geometry.to_chain(chain_model, t),
         )
-        stein = self._stein
-        self.diagnostics_["ksd"] = _stein.ksd_from_kernel(_stein.imq_stein_kernel(stein["x"], stein["s"]))
+        K = _stein.imq_stein_kernel(self._stein["x"], self._stein["s"])
+        self.diagnostics_["ksd"] = _stein.ksd_from_kernel(K)
         ess = np.asarray(self.diagnostics_.get("ess", np.nan), dtype=float)
-        test = _stein.bias_test(stein, float(np.min(ess)) if ess.size else np.nan, self.samples_.shape[0])
+        test = _stein.bias_test(K, float(np.min(ess)) if ess.size else np.nan, self.samples_.shape[0])
         if test is not None:
             self.diagnostics_["ksd_pvalue"] = test[1]
 
