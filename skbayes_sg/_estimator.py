@@ -515,7 +515,10 @@ class BaseSGBayes(BaseEstimator):
         self.diagnostics_ = self._diagnostics(results, draws, stats, info, n_grad, batch_size, eff_thin, summary)
         self._observed_y = y
         self._set_posterior_attributes(self._model)
-        self._stein_diagnostics(chain_model, geometry, n_grad if interrupted is None else None)
+        # The KSD's budget is this call's gradient work, not the running total of a
+        # partial_fit stream or a continued fit (each call pays a bounded share).
+        this_call = sum(r.n_grad_evals for r in results)
+        self._stein_diagnostics(chain_model, geometry, this_call if interrupted is None else None)
         self._warn_fit(sampler, X)
         if interrupted is not None:
             self.diagnostics_["interrupted"] = True

@@ -252,3 +252,19 @@ def test_bias_check_warns_on_a_biased_fit():
     with pytest.warns(GradientNoiseWarning, match="Stein discrepancy.*Decrease step_size"):
         est = _sgld_regression(3e-4).set_params(init="zeros").fit(X, y)
     assert est.diagnostics_["ksd_pvalue"] <= _stein.BIAS_LEVEL
+
+
+def test_partial_fit_reports_the_ksd_of_each_call_on_its_own_budget():
+    """Each partial_fit call scores its own draws, with a budget from its own gradient work
+    (not the stream's running total)."""
+    X, y = _regression(N=1000, D=3)
+    est = SGBayesLinearRegression(n_iter=200, batch_size=50, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        spent = 0
+        for part in np.array_split(np.arange(1000), 4):
+            est.partial_fit(X[part], y[part])
+            this_call, spent = est.diagnostics_["n_grad_evals"] - spent, est.diagnostics_["n_grad_evals"]
+            stored = est.samples_.shape[0] * est.samples_.shape[1]
+            assert np.isfinite(est.diagnostics_["ksd"])
+            assert est._stein["x"].shape[0] == _stein.n_ksd_draws(stored, this_call, part[-1] + 1)
