@@ -73,6 +73,10 @@ class BaseSGBayes(BaseEstimator):
     _auto_preconditioner = True
     #: Whether multilevel samplers (MLSGLD) may fit this estimator's model.
     _supports_multilevel = True
+    #: Whether ``fit`` scores the draws for the kernel Stein discrepancy and its bias test
+    #: (``diagnostics_["ksd"]``): not where the posterior is multimodal by construction
+    #: (the DRBM's hidden-unit permutations), whose chains never visit every mode.
+    _ksd_at_fit = True
 
     _parameter_constraints = {
         "sampler": [str, HasMethods(["init_state", "step"])],
@@ -325,7 +329,18 @@ class BaseSGBayes(BaseEstimator):
             A dict of columns (``parameter``, ``mean``, ``sd``, ``ci_lower``, ``ci_upper``,
             ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table.
         """
-        return diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci, self.sample_weight_)
+        out = diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci, self.sample_weight_)
+        out.ksd = self.diagnostics_.get("ksd")
+        return out
+
+    def __getstate__(self):
+        # The KSD's draws and scores (_stein) are a cache of fit-time work for kernels other
+        # than the default: a pickle (a saved model, a worker's result) keeps the KSD in
+        # diagnostics_ only and so no second copy of the draws.
+        state = super().__getstate__()
+        if state.get("_stein") is not None:
+            state = {**state, "_stein": None}
+        return state
 
     def _feature_names(self, feature_names=None):
         """Names of the features: ``feature_names`` (validated), else ``feature_names_in_``,

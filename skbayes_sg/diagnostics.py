@@ -561,9 +561,14 @@ class PosteriorSummary(dict):
     ----------
     ci : float
         Level of the credible interval.
+    ksd : float or None
+        Kernel Stein discrepancy of the draws (``diagnostics_["ksd"]``, see
+        :func:`skbayes_sg.metrics.kernel_stein_discrepancy`), shown below the table; None
+        when the fit computed none.
     """
 
     ci = 0.9
+    ksd = None
 
     def to_string(self, max_rows=None):
         """The table as text; ``max_rows`` keeps the first rows only."""
@@ -579,6 +584,8 @@ class PosteriorSummary(dict):
             lines.append("  ".join(v.ljust(w) if j == 0 else v.rjust(w) for j, (v, w) in enumerate(zip(c, widths))))
         if max_rows is not None and n > max_rows:
             lines.append(f"... ({n - max_rows} more parameters)")
+        if self.ksd is not None:
+            lines.append(f"kernel Stein discrepancy of the draws: {self.ksd:.4g}")
         return "\n".join(lines)
 
     def __str__(self):

@@ -239,6 +239,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     # fit of 10 rows took over a minute (benchmarks/fuzz_sweep.py), so it is refused.
     _supports_multilevel = False
     _auto_preconditioner = False
+    _ksd_at_fit = False  # the hidden units' permutations: a multimodal posterior
 
     _parameter_constraints = {
         **BaseSGBayesClassifier._parameter_constraints,

@@ -7,8 +7,10 @@ class GradientNoiseWarning(ConvergenceWarning):
     """The chains ran hotter (or colder) than the target temperature.
 
     Issued after ``fit`` when the mean kinetic temperature ``p'p / P`` of a momentum
-    sampler differs from ``T`` beyond Monte Carlo error, or when the step's predicted
-    gradient-noise error is well above the sampler's tolerance. At stationarity the
+    sampler differs from ``T`` beyond Monte Carlo error, when the step's predicted
+    gradient-noise error is well above the sampler's tolerance, or when the kernel Stein
+    discrepancy of the draws is significantly above that of exact draws of the same
+    effective size (``diagnostics_["ksd_pvalue"]``, see :mod:`skbayes_sg.metrics`). At stationarity the
     kinetic temperature must equal ``T`` (equipartition). Above ``T`` it measures the
     minibatch gradient noise that the friction did not dissipate (the posterior is too
     wide by about that factor in variance); below, usually chains that have not

@@ -99,7 +99,9 @@ def test_summary_table_matches_draws(cancer):
     np.testing.assert_allclose(s["r_hat"], clf.diagnostics_["rhat"])
     text = str(s)
     assert text.splitlines()[0].split() == ["parameter", "mean", "sd", "10%", "90%", "ess_bulk", "ess_tail", "r_hat"]
-    assert len(text.splitlines()) == 1 + X.shape[1] + 1
+    # header, one row per coefficient and the intercept, then the draws' KSD
+    assert len(text.splitlines()) == 1 + X.shape[1] + 1 + 1
+    assert text.splitlines()[-1] == f"kernel Stein discrepancy of the draws: {clf.diagnostics_['ksd']:.4g}"
 
 
 def test_weighted_summary_uses_weights():

@@ -11,7 +11,7 @@ The layers (``docs/architecture.rst``), top to bottom::
     models      priors and likelihoods
     rows        data access
     ground      diagnostics, _run_length, _progress, exceptions, preconditioning, _docstrings,
-                _validation
+                _validation, _stein
 
 A module may import its own layer (without cycles) and any layer below it, never one above.
 The walk is over the source (``ast``), so an import inside a function counts as much as one at
@@ -59,6 +59,7 @@ LAYERS = (
             "skbayes_sg.preconditioning",
             "skbayes_sg._docstrings",
             "skbayes_sg._validation",
+            "skbayes_sg._stein",
         ),
     ),
 )

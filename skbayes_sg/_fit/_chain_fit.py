@@ -3,6 +3,7 @@ and set the fitted attributes, then warn about what the checks found."""
 
 from ..exceptions import DivergenceError
 from ._draws import chain_record, set_chain_draws
+from ._ksd import score_draws
 from ._messages import explain_divergence, warn_fit, warn_interrupted
 from ._plan import can_resume, first_schedule, plan_fresh, plan_resume
 from ._run import run_blocks
@@ -43,6 +44,10 @@ def fit_chains(est, sampler, X, y, model, batch_size, streaming):
     record = chain_record(est, runs, info, max_draws, resume, streaming, plan.progress)
     exact = resume and not streaming and plan.progress is not None
     set_chain_draws(est, sampler, model, y, runs, record, plan, exact)
+    # The KSD's budget is this call's gradient work, not the running total of a partial_fit
+    # stream or a continued fit (each call pays a bounded share).
+    this_call = sum(r.n_grad_evals for r in runs.results)
+    score_draws(est, plan.chain_model, plan.geometry, this_call if interrupted is None else None)
     warn_fit(est, sampler, X)
     if interrupted is not None:
         warn_interrupted(est, interrupted)

@@ -175,6 +175,7 @@ def set_weighted_draws(est, sampler, model, draws, weights, diag):
     est.n_iter_ = int(diag.get("n_iter", 0))
     est._model = est._prediction_model(model)
     est.diagnostics_ = dict(diag)
+    est._stein = None  # signed weights: no KSD (see _ksd.score_draws)
     est._observed_y = None
     est._set_posterior_attributes(est._model)
     return est

@@ -19,7 +19,7 @@ import sklearn
 import threadpoolctl
 from sklearn.exceptions import ConvergenceWarning
 
-from .. import diagnostics
+from .. import _stein, diagnostics
 from .._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
 from ..exceptions import DivergenceError, FitInterruptedWarning, GradientNoiseWarning
 
@@ -58,6 +58,8 @@ def warn_fit(est, sampler, X):
     # A hook: the DRBM checks its predictive instead of its (unidentified) weights.
     convergence = est._convergence_messages()
     if noise is None and not convergence:
+        noise = ksd_bias_message(est, sampler)
+    if noise is None and not convergence:
         return
     parts = [noise] if noise is not None else []
     if convergence:
@@ -70,6 +72,26 @@ def warn_fit(est, sampler, X):
         f"{type(est).__name__} with {type(sampler).__name__}: " + " ".join(parts),
         category,
         stacklevel=caller_stacklevel(),
+    )
+
+
+def ksd_bias_message(est, sampler):
+    """Why the draws' KSD says they are biased (bootstrap p-value below
+    ``_stein.BIAS_LEVEL``), naming the likeliest fix, or None."""
+    p = est.diagnostics_.get("ksd_pvalue")
+    if p is None or p > _stein.BIAS_LEVEL:
+        return None
+    h = est.diagnostics_.get("step_size", np.nan)
+    if not isinstance(getattr(sampler, "step_size", "auto"), str):
+        fix = f"decrease step_size (step_size={h:.3g} was set by hand; step_size='auto' sets it from the noise)"
+    elif est.diagnostics_.get("gradient") == "minibatch":
+        fix = "use gradient='control_variate' or a larger batch_size"
+    else:
+        fix = "decrease step_size or increase batch_size"
+    return (
+        f"the kernel Stein discrepancy of the draws (KSD={est.diagnostics_['ksd']:.3g}) is larger than exact "
+        f"draws of the same effective size give (bootstrap p={p:.2g}): the draws are biased, likeliest by a step "
+        f"too large for the posterior or its gradient noise. {fix[0].upper() + fix[1:]}."
     )
 
 

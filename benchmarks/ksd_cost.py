@@ -1,0 +1,57 @@
+"""What the kernel Stein discrepancy costs a fit: a9a at defaults (issue 29: at most 25%).
+
+``fit`` scores its thinned draws for the KSD and runs the bias test while the data are at
+hand (``BaseSGBayes._stein_diagnostics``). This times that step inside the fit and the fit
+without it (the same fit, draws identical), and prints JSON.
+
+Run: ``python benchmarks/ksd_cost.py``.
+"""
+
+import json
+import time
+
+import numpy as np
+
+from skbayes_sg._estimator import BaseSGBayes
+from skbayes_sg.linear_model import SGBayesLogisticRegression
+
+
+def main(repeats=3):
+    data = np.load("/work/shared/data/a9a.npz")
+    X, y = data["X_train"], data["y_train"]
+    spent = []
+    original = BaseSGBayes._stein_diagnostics
+
+    def timed(self, *args):
+        t = time.perf_counter()
+        original(self, *args)
+        spent.append(time.perf_counter() - t)
+
+    BaseSGBayes._stein_diagnostics = timed
+    fits, ksd_times, est = [], [], None
+    try:
+        for _ in range(repeats):
+            t = time.perf_counter()
+            est = SGBayesLogisticRegression(random_state=0).fit(X, y)
+            fits.append(time.perf_counter() - t)
+            ksd_times.append(spent[-1])
+    finally:
+        BaseSGBayes._stein_diagnostics = original
+    fit_without = np.array(fits) - np.array(ksd_times)
+    out = {
+        "data": "a9a (32,560 x 123)",
+        "estimator": "SGBayesLogisticRegression(random_state=0) at defaults",
+        "ksd_draws": int(est._stein["x"].shape[0]),
+        "stored_draws": int(np.prod(est.samples_.shape[:2])),
+        "ksd": est.diagnostics_["ksd"],
+        "ksd_pvalue": est.diagnostics_.get("ksd_pvalue"),
+        "fit_seconds_without_ksd_median": float(np.median(fit_without)),
+        "ksd_seconds_median": float(np.median(ksd_times)),
+        "ksd_share_of_fit": float(np.median(np.array(ksd_times) / fit_without)),
+        "budget_share": 0.25,
+    }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

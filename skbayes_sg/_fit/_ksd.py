@@ -1,0 +1,43 @@
+"""The kernel Stein discrepancy of a chain fit's draws, scored while the data are at hand.
+
+The KSD needs the full-data score at the draws, and the fitted estimator keeps no data: the
+fit scores a thinned set of its draws once (:func:`skbayes_sg._stein.fit_statistics`), keeps
+them for :func:`skbayes_sg.metrics.kernel_stein_discrepancy` with other kernels, and reports
+``diagnostics_["ksd"]`` and the bias test's ``diagnostics_["ksd_pvalue"]``.
+"""
+
+import numpy as np
+
+from .. import _stein
+from .._geometry import Geometry
+
+
+def score_draws(est, chain_model, geometry, n_grad):
+    """Set ``est._stein`` (the thinned draws and their scores), ``diagnostics_["ksd"]`` and
+    ``diagnostics_["ksd_pvalue"]``.
+
+    ``n_grad`` is this call's gradient work, the KSD's budget (a share of it), or None for an
+    interrupted fit, which gets no KSD; so do models whose posterior is multimodal by
+    construction (``est._ksd_at_fit`` False: the DRBM's hidden-unit permutations).
+    """
+    est._stein = None
+    if n_grad is None or not est._ksd_at_fit:
+        return
+    thetas = est._flat_samples()
+    affine = est._user_affine()
+    if affine is not None:
+        thetas = (thetas - affine[1]) / affine[0]
+    est._stein = _stein.fit_statistics(
+        chain_model,
+        thetas,
+        est.samples_.shape[0],
+        n_grad,
+        geometry.L is not None,
+        lambda t: Geometry.to_chain(chain_model, t),
+    )
+    K = _stein.imq_stein_kernel(est._stein["x"], est._stein["s"])
+    est.diagnostics_["ksd"] = _stein.ksd_from_kernel(K)
+    ess = np.asarray(est.diagnostics_.get("ess", np.nan), dtype=float)
+    test = _stein.bias_test(K, float(np.min(ess)) if ess.size else np.nan, est.samples_.shape[0])
+    if test is not None:
+        est.diagnostics_["ksd_pvalue"] = test[1]
