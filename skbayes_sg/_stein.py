@@ -186,7 +186,7 @@ def fit_statistics(chain_model, thetas, n_chains, n_grad_evals, geometry_whitene
     m = n_ksd_draws(S, n_grad_evals, chain_model.n_samples)
     index = thinned_index(n_chains, S // n_chains, m)
     z = np.atleast_2d(to_chain(thetas[index]))
-    scores = np.stack([chain_model.log_posterior_and_grad(zi)[1] for zi in z])
+    scores = chain_model.grad_log_posterior_draws(z)
     if geometry_whitened:
         return {"x": z, "s": scores, "index": index, "coordinates": "whitened"}
     # Not whitened: scale each coordinate by the posterior's curvature, so that c = 1 means

@@ -127,6 +127,10 @@ def test_paths_match_the_looped_defaults(name):
     np.testing.assert_allclose(
         model.log_prior_hessian(theta), Model.log_prior_hessian(model, theta), rtol=1e-6, atol=1e-6
     )
+    # Full-data scores at a stack of draws (the KSD's): one pass, the per-point gradients.
+    np.testing.assert_allclose(
+        model.grad_log_posterior_draws(thetas), Model.grad_log_posterior_draws(model, thetas), **tol
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -242,4 +246,7 @@ def test_whitened_model_forwards_the_paths_in_its_coordinates(name, diagonal):
         **loose,
     )
     np.testing.assert_allclose(wm.loglik_hessian(z0), Model.loglik_hessian(wm, z0), **loose)
+    np.testing.assert_allclose(
+        wm.grad_log_posterior_draws(zs), Model.grad_log_posterior_draws(wm, zs), rtol=1e-10, atol=1e-10
+    )
     np.testing.assert_allclose(wm.posterior_hessian(z0), Model.posterior_hessian(wm, z0), rtol=1e-5, atol=1e-5)

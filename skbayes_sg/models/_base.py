@@ -180,6 +180,13 @@ class Model:
         """Gradient of the full-data log posterior, shape (P,)."""
         return self.log_posterior_and_grad(theta)[1]
 
+    def grad_log_posterior_draws(self, thetas):
+        """Full-data gradients of the log posterior at a stack of points ``thetas`` (M, P),
+        shape (M, P): the scores of a set of draws (the kernel Stein discrepancy's). This
+        default makes one full-data pass per point; a model that can form the products of
+        all points with each block of rows at once (the GLMs) reads the rows once."""
+        return np.stack([self.grad_log_posterior(t) for t in np.atleast_2d(thetas)])
+
     def loglik_hvp(self, theta, v, idx=None):
         """``sum_{i in idx} (Hess log p(x_i | theta)) v`` over rows ``idx`` (all if None).
 

@@ -121,6 +121,9 @@ class WhitenedModel(Model):
         lp, g = self.model.log_posterior_and_grad(self.to_theta(z))
         return lp, self._right(g)
 
+    def grad_log_posterior_draws(self, z):
+        return self._right(self.model.grad_log_posterior_draws(self.to_theta(np.atleast_2d(z))))
+
     def loglik_hvp(self, z, v, idx=None):
         return self._right(self.model.loglik_hvp(self.to_theta(z), self._left(v), idx))
 
