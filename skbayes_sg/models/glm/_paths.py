@@ -8,7 +8,8 @@ O(M n P), with the family's residuals and curvature.
 
 import numpy as np
 
-from ...rows import BLOCK_ELEMENTS, transpose
+from ... import rows as _rows
+from ...rows import transpose
 from .._base import as_paths
 
 
@@ -62,8 +63,9 @@ class PathsMixin:
                 parts.append(E.sum(axis=1))
             return np.concatenate(parts, axis=1)
 
-        # A block holds the predictors of every point: rows bounded so that it stays ~8 MB.
-        rows = max(256, 16 * BLOCK_ELEMENTS // (M * K))
+        # A block holds the predictors of every point: at most a usual block's rows, and few
+        # enough that the block's M predictors stay within 16 usual blocks' elements.
+        rows = max(1, min(self._block_rows(), 16 * _rows.BLOCK_ELEMENTS // (M * K)))
         return self.rows.reduce_blocks(sums, rows) + self.grad_log_prior(thetas)
 
     def grad_log_prior_paths(self, thetas):
