@@ -352,6 +352,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     # -mean_i log p(y_i | x_i, theta) on fixed training rows, a scalar like Stan's lp__.
     # Its R-hat and ESS judge convergence (warning, n_iter="auto").
     _run_length_on_parameters = False
+    # Its docs ask for features in [-1, 1]: a failed check advises that scaling, not standardising.
+    _feature_scaling = "max_abs"
     _run_length_max_iter = AUTO_MAX_ITER
 
     def _auto_step_scale(self, sampler):
@@ -471,7 +473,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
                 self._run_length_ess_target,
             )
             suggest = int(np.ceil(self.n_iter_ * max(growth, 1.25) / 1000.0)) * 1000
-            messages.append(f"about n_iter={suggest} would reach it")
+            messages.append(f"about n_iter={suggest} would reach it.")
         if messages and self.n_iter == "auto" and "n_iter_blocks" in diag:
             messages.append(
                 f"n_iter='auto' stopped at its ceiling of {diag['n_iter_blocks'][-1]} iterations per chain: the "

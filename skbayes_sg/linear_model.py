@@ -552,14 +552,31 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         s = self._flat_samples()[:, -1]
         step = self.diagnostics_.get("step_size", float("nan"))
         name = type(get_sampler(self.sampler)).__name__
+        chain, iteration, where = self._first_bad_noise_draw(tau)
         del self.samples_  # not fitted: predictions from these draws would be infinite
+        units = ", in standardised-y units since normalize_y=True" if self.normalize_y else ""
         raise DivergenceError(
-            f"{name} diverged in the noise precision: log noise precision draws reach {s.min():.3g} .. "
-            f"{s.max():.3g}, where exp underflows to 0 or overflows (step_size={step:.4g}). Use a smaller "
+            f"{name} diverged in the noise precision {where}: log noise precision draws reach {s.min():.3g} .. "
+            f"{s.max():.3g}, where exp underflows to 0 or overflows (step_size={step:.4g}{units}). Use a smaller "
             "step_size or step_size='auto', standardise the targets, or hold noise_precision fixed.",
             sampler=name,
             step_size=step,
+            iteration=iteration,
         )
+
+    def _first_bad_noise_draw(self, tau):
+        """``(chain, iteration, where)`` of the earliest kept draw whose noise precision is 0 or
+        infinite: the iteration (1-based) from the chains' thinning grid, None without chains."""
+        tau = np.asarray(tau).reshape(self.samples_.shape[:2])
+        bad = ~(np.isfinite(tau) & (tau > 0))
+        first = int(np.argmax(bad.any(axis=0)))  # the earliest draw index bad in some chain
+        chain = int(np.argmax(bad[:, first]))
+        progress = getattr(self, "_chain_progress", None)
+        if not progress:
+            return chain, None, f"at draw {first + 1} (of {tau.shape[1]})"
+        # Draw j of the record is kept at iteration n_burn + (j + 1) * thin (1-based).
+        iteration = int(progress[0]["n_burn"] + (first + 1) * self.diagnostics_["thin"])
+        return chain, iteration, f"by iteration {iteration} (chain {chain})"
 
     def _posterior_variables(self, feature_names=None):
         C, D = self.samples_.shape[:2]

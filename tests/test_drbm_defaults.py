@@ -1,6 +1,7 @@
 """The DRBM's fused kernel and float32 option, its predictive convergence monitor, and the
 curvature point of its auto step (issue 18, item 6)."""
 
+import re
 import warnings
 
 import numpy as np
@@ -10,9 +11,10 @@ from sklearn.datasets import make_moons
 from sklearn.exceptions import ConvergenceWarning
 
 from skbayes_sg import diagnostics
+from skbayes_sg._fit._messages import feature_range_spread, feature_scale_spread
 from skbayes_sg.drbm import MONITOR_ROWS, SGBayesDRBMClassifier
 from skbayes_sg.models.drbm import DRBMModel
-from skbayes_sg.samplers import SGHMC
+from skbayes_sg.samplers import SGHMC, SGLD
 from skbayes_sg.samplers._step_size import largest_curvature
 
 
@@ -241,3 +243,26 @@ def test_auto_step_is_scaled_for_mccadl_only_and_explicit_steps_are_kept():
         d = fits[name].diagnostics_
         assert d["step_size"] == pytest.approx(fits[name]._sampler.curvature_step(d["lambda_max"]))
     assert explicit.diagnostics_["step_size"] == 0.01
+
+
+def test_convergence_warning_is_punctuated_and_advises_the_drbm_scaling():
+    # Issue 30 item 6: the run-length sentence lacked its full stop ("...would reach it Also,
+    # ..."), and features with nearly constant columns (digits' edge pixels: standard
+    # deviations 277 apart, all in [0, 16]) were told to standardise, against the DRBM's
+    # own advice of [-1, 1]. Here too: features in [-16, 16] and a rare binary column.
+    X, y = _moons(400)
+    rare = np.zeros((X.shape[0], 1))
+    rare[0] = 1.0
+    Xr = np.hstack([16 * X / np.abs(X).max(axis=0), rare])
+    assert feature_scale_spread(Xr) > 100 and feature_range_spread(Xr) == 16
+    slow = dict(n_hidden=2, sampler=SGLD(step_size=1e-4), n_iter=300, n_chains=2, batch_size=None, random_state=0)
+    with pytest.warns(ConvergenceWarning) as record:
+        SGBayesDRBMClassifier(**slow).fit(Xr, y)
+    text = str(record[0].message)
+    assert re.search(r"would reach it\. Also, step_size=", text), text
+    assert "standardise" not in text and "[-1, 1]" not in text
+    # Largest values 1,000 apart: scale them to [-1, 1].
+    with pytest.warns(ConvergenceWarning) as record:
+        SGBayesDRBMClassifier(**slow).fit(Xr * np.array([1.0, 1000.0, 16.0]), y)
+    text = str(record[0].message)
+    assert re.search(r"largest values differ by a factor of 1e\+03: scale them to \[-1, 1\]", text), text

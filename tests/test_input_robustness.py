@@ -133,8 +133,12 @@ def test_a_runaway_noise_precision_is_a_divergence_not_infinite_predictive_std()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warnings.simplefilter("ignore", ConvergenceWarning)
-        with pytest.raises(DivergenceError, match="diverged in the noise precision.*hold noise_precision fixed"):
+        with pytest.raises(
+            DivergenceError, match=r"diverged in the noise precision by iteration \d+ .*hold noise_precision fixed"
+        ) as info:
             reg.fit(X, np.full(4, 2.5e8))
+    # The iteration is named, as in every other divergence, and lies within the run.
+    assert 1 <= info.value.iteration <= 30
     with pytest.raises(NotFittedError):
         reg.predict(X)
 

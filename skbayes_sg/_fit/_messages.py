@@ -188,13 +188,50 @@ def convergence_advice(est, sampler, X):
         # Without the MAP-Hessian whitening the chains run in the features' own units, and
         # features on scales orders of magnitude apart make the posterior too elongated
         # for any one step size.
-        spread = feature_scale_spread(X)
-        if spread > FEATURE_SCALE_SPREAD:
-            advice.append(
-                f"the features' scales differ by a factor of {spread:.3g}: standardise them (for example "
-                "make_pipeline(StandardScaler(), estimator))."
-            )
+        scaling = feature_scaling_advice(est, X)
+        if scaling is not None:
+            advice.append(scaling)
     return advice
+
+
+def feature_scaling_advice(est, X):
+    """The advice to rescale the features when their scales differ by more than
+    :data:`FEATURE_SCALE_SPREAD`, in the estimator's own convention, or None.
+
+    A linear model is advised to standardise (the spread of the columns' standard
+    deviations). An estimator with ``_feature_scaling = "max_abs"`` (the DRBM, whose docs
+    ask for features in ``[-1, 1]``) is judged on the spread of the columns' largest
+    ``|x|`` and advised to scale them to ``[-1, 1]``: pixels that are nearly always 0 have
+    tiny standard deviations, and standardising them would contradict that advice.
+    """
+    if getattr(est, "_feature_scaling", "standardise") == "max_abs":
+        spread = feature_range_spread(X)
+        if spread <= FEATURE_SCALE_SPREAD:
+            return None
+        return (
+            f"the features' largest values differ by a factor of {spread:.3g}: scale them to [-1, 1] (for "
+            "example make_pipeline(MaxAbsScaler(), estimator))."
+        )
+    spread = feature_scale_spread(X)
+    if spread <= FEATURE_SCALE_SPREAD:
+        return None
+    return (
+        f"the features' scales differ by a factor of {spread:.3g}: standardise them (for example "
+        "make_pipeline(StandardScaler(), estimator))."
+    )
+
+
+def feature_range_spread(X):
+    """Ratio of the largest to the smallest non-zero column maximum of ``|X|``."""
+    if sp.issparse(X):
+        size = np.asarray(abs(sp.csr_matrix(X)).max(axis=0).todense()).ravel()
+    else:
+        size = np.zeros(X.shape[1])
+        for start in range(0, X.shape[0], 4096):  # by row blocks: a memmap is never copied whole
+            np.maximum(size, np.abs(np.asarray(X[start : start + 4096], dtype=float)).max(axis=0), out=size)
+    size = size[np.isfinite(size) & (size > 0)]
+    with np.errstate(over="ignore"):
+        return float(size.max() / size.min()) if size.size else 1.0
 
 
 #: :func:`explain_divergence`).
