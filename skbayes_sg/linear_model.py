@@ -274,7 +274,15 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         ``alpha_intercept`` and the noise prior in those units. ``False`` samples the raw
         ``y`` with the priors in its units; with ``alpha_intercept=alpha`` this is the
         papers' prior. With ``warm_start`` or ``partial_fit`` the first call fixes the
-        scaling: later data are expressed in it.
+        scaling: later data are expressed in it. A hand-set ``step_size`` (for example
+        ``sampler=SGLD(step_size=h)``) is in those standardised units too: the likelihood's
+        curvature there is ``y_scale_**2`` times that of the raw ``y``, so a step copied from
+        a paper written for raw ``y`` is too large by that factor (``y_scale_`` for the
+        momentum samplers, whose stability limit goes as ``1 / sqrt(lambda_max)``) and may
+        diverge. To reproduce a paper's setting (raw ``y``, plain minibatch gradients, no
+        preconditioning), use ``SGBayesLinearRegression(sampler=SGLD(step_size=h,
+        preconditioner="none"), gradient="minibatch", normalize_y=False)``, with
+        ``alpha_intercept=alpha`` for its prior and ``noise_precision`` fixed if it was.
     noise_precision : float or None, default=None
         ``None`` samples ``tau`` (as ``log tau``, with the Jacobian of that change of
         variables); a positive float holds it fixed (in the units of ``y``: ``1 / var`` of

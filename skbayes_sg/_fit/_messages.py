@@ -22,6 +22,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .. import diagnostics
 from .._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
 from ..exceptions import DivergenceError, FitInterruptedWarning, GradientNoiseWarning
+from ..samplers import get_sampler
 
 #: The package's own directory: its frames are internal to a warning's caller.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -262,11 +263,31 @@ def explain_divergence(exc, estimator):
             f"The chains started at random weights of scale init_scale={init_scale:g}, far from the "
             "posterior, where the step is too large for the forces: use a smaller init_scale (default 0.1)."
         )
+    hints += standardised_step_hint(estimator)
     if not hints:
         return exc
     return DivergenceError(
         " ".join([exc.args[0], *hints]), sampler=exc.sampler, step_size=exc.step_size, iteration=exc.iteration
     )
+
+
+def standardised_step_hint(estimator):
+    """Say that a hand-set step is in standardised-y units (``normalize_y=True``), or nothing.
+
+    The chains then run on ``(y - y_mean_) / y_scale_``, where the likelihood's curvature is
+    ``y_scale_**2`` times that of the raw targets: a step copied from a paper written for
+    raw ``y`` is too large by about that factor (``y_scale_`` for the momentum samplers).
+    """
+    if not getattr(estimator, "normalize_y", False) or getattr(estimator, "y_scale_", 1.0) == 1.0:
+        return []
+    if isinstance(getattr(get_sampler(estimator.sampler), "step_size", "auto"), str):
+        return []
+    return [
+        f"step_size is in standardised-y units since normalize_y=True: the chains sample (y - y_mean_) / y_scale_ "
+        f"(y_scale_={estimator.y_scale_:.3g}), whose curvature is y_scale_**2 times that of the raw y. To "
+        "reproduce a paper's setting on raw y, use sampler=SGLD(step_size=h, preconditioner='none'), "
+        "gradient='minibatch' and normalize_y=False."
+    ]
 
 
 def feature_scale_spread(X):
