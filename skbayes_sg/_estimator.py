@@ -38,16 +38,15 @@ FULL_DATA_WORK = 200_000
 #: (``_laplace_burn_in``, the adaptive samplers', see :meth:`BaseSGBayes._run_policy`).
 AUTO_BURN_IN = 0.2
 
-#: ``max_draws="auto"``: draws stored per chain. Samplers whose draws are nearly independent
-#: (``_store_every_draw``: the Metropolis-adjusted gadMALA and gadRWM, autocorrelation times
-#: of a few iterations) store every kept draw as long as all chains' draws together stay
-#: within ``AUTO_DRAW_FLOATS`` floats, at least ``AUTO_MAX_DRAWS`` per chain: thinning them
-#: discards effective samples (x4 loses 20% of the ESS at an autocorrelation time of 5).
-#: 2^19 floats (4 MiB) is what the stochastic-gradient samplers store on a9a (4 chains of
-#: 1,000 draws of 124 parameters), so that prediction, whose cost is linear in the stored
-#: floats, never costs more per test row than theirs there. The stochastic-gradient
-#: samplers keep ``AUTO_MAX_DRAWS``, as before: their draws are more autocorrelated (14
-#: iterations per effective draw on a9a, which its thinning x4 hardly touches).
+#: ``max_draws="auto"``: draws stored per chain. Every sampler stores every kept draw as long
+#: as all chains' draws together stay within ``AUTO_DRAW_FLOATS`` floats, at least
+#: ``AUTO_MAX_DRAWS`` per chain (the estimator's ``_auto_max_draws`` for the stochastic-
+#: gradient samplers: 250 for the DRBM): thinning discards effective samples (x4 loses 20%
+#: of the ESS at an autocorrelation time of 5), and the ArviZ export, whose PSIS-LOO needs
+#: many draws, holds what is stored (issue 30: a default fit of standardised breast cancer
+#: stored 512 of its 4,102 kept draws a chain). 2^19 floats (4 MiB) is what the samplers
+#: store on a9a (4 chains of 1,000 draws of 124 parameters); prediction averages over
+#: ``n_predict_draws`` of the stored draws, so its cost does not grow with them.
 AUTO_MAX_DRAWS = 1000
 AUTO_DRAW_FLOATS = 2**19
 
@@ -186,9 +185,9 @@ class BaseSGBayes(BaseEstimator):
             burn_in = getattr(sampler, "_laplace_burn_in", AUTO_BURN_IN) if laplace else AUTO_BURN_IN
         max_draws = self.max_draws
         if isinstance(max_draws, str):
-            max_draws = self._auto_max_draws
-            if getattr(sampler, "_store_every_draw", False):
-                max_draws = max(AUTO_MAX_DRAWS, AUTO_DRAW_FLOATS // (self.n_chains * max(n_params, 1)))
+            budget = AUTO_DRAW_FLOATS // (self.n_chains * max(n_params, 1))
+            floor = AUTO_MAX_DRAWS if getattr(sampler, "_store_every_draw", False) else self._auto_max_draws
+            max_draws = max(floor, budget)
         return burn_in, min_adaptation, max_draws
 
     def _batch_size(self, sampler, n_samples, n_params=1):

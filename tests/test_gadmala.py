@@ -572,7 +572,8 @@ def test_posterior_at_any_scale_with_sampled_noise():
 def test_auto_burn_in_and_max_draws_resolve_per_sampler_and_start():
     """burn_in="auto": 5% and a 250-iteration first-block adaptation for the adaptive samplers
     started at Laplace draws, 20% and 1,000 from other starts, 20% for the SG samplers;
-    max_draws="auto": every draw up to 2^19 floats for the adaptive samplers, 1,000 otherwise."""
+    max_draws="auto": every draw up to 2^19 floats, at least 1,000 (issue 30: for every sampler, so
+    that the ArviZ export holds every kept draw)."""
     from skbayes_sg import _estimator
 
     est = SGBayesLogisticRegression(n_chains=4)
@@ -581,7 +582,8 @@ def test_auto_burn_in_and_max_draws_resolve_per_sampler_and_start():
     assert est._run_policy(gad, P) == (0.05, 250, 2**19 // (4 * P))
     assert est._run_policy(gad, 124) == (0.05, 250, 1057)
     assert est._run_policy(gad, 5000) == (0.05, 250, 1000)
-    assert est._run_policy(get_sampler("sgld"), P) == (_estimator.AUTO_BURN_IN, 0, 1000)
+    assert est._run_policy(get_sampler("sgld"), P) == (_estimator.AUTO_BURN_IN, 0, 2**19 // (4 * P))
+    assert est._run_policy(get_sampler("sgld"), 5000) == (_estimator.AUTO_BURN_IN, 0, 1000)
     assert est.set_params(init="zeros")._run_policy(gad, P)[:2] == (0.2, 1000)
     assert est.set_params(init="map")._run_policy(get_sampler(GadRWM(init_scale=None)), P)[:2] == (0.2, 1000)
     # Explicit values are kept; the Laplace start still shortens the first block's adaptation.
