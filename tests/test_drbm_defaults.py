@@ -266,3 +266,41 @@ def test_convergence_warning_is_punctuated_and_advises_the_drbm_scaling():
         SGBayesDRBMClassifier(**slow).fit(Xr * np.array([1.0, 1000.0, 16.0]), y)
     text = str(record[0].message)
     assert re.search(r"largest values differ by a factor of 1e\+03: scale them to \[-1, 1\]", text), text
+
+
+def test_per_row_predictive_diagnostics_catch_chains_that_agree_only_on_average():
+    # Issue 30 item 2: two pairs of chains that predict rows 0 and 1 oppositely (different modes)
+    # have the same mean log loss, which passes its R-hat; the rows' own R-hat does not.
+    from skbayes_sg.drbm import RHAT_MAX_ROWS, row_diagnostics
+
+    rng = np.random.default_rng(0)
+    logp = -0.1 + 0.01 * rng.standard_normal((4, 500, 10))
+    logp[:2, :, 0] -= 1.0
+    logp[2:, :, 1] -= 1.0
+    assert diagnostics.summarize(-logp.mean(axis=-1))["rhat"] < 1.01
+    rows = row_diagnostics(logp)
+    assert rows["predictive_rows_rhat"] > RHAT_MAX_ROWS and rows["predictive_rows_high"] == 2
+    assert rows["predictive_rows_worst"] in (0, 1) and rows["predictive_rows_ess_min"] < 10
+    assert row_diagnostics(rng.standard_normal((4, 500, 10)))["predictive_rows_high"] == 0
+
+
+def test_drbm_reports_and_warns_on_its_per_row_predictive():
+    # The diagnostics reach diagnostics_, summary() (first rows, before the parameters) and the
+    # warning of a fit whose chains have not converged.
+    X, y = _moons()
+    clf = SGBayesDRBMClassifier(
+        n_hidden=2, sampler=SGLD(step_size=1e-4), n_iter=300, n_chains=2, batch_size=None, random_state=0
+    )
+    with pytest.warns(ConvergenceWarning, match=r"log predictive probabilities of \d+ of the monitored training rows"):
+        clf.fit(X, y)
+    d = clf.diagnostics_
+    assert d["predictive_rows_high"] > 0 and d["predictive_rows_rhat"] > 1.05
+    table = clf.summary()
+    assert table["parameter"][:2] == [
+        "predictive: training log loss",
+        f"predictive: log p(y|x), monitored row {d['predictive_rows_worst']}",
+    ]
+    assert table["r_hat"][0] == pytest.approx(d["predictive_rhat"])
+    assert table["r_hat"][1] == pytest.approx(d["predictive_rows_rhat"])
+    assert len(table["parameter"]) == 2 + clf.samples_.shape[-1]
+    assert "predictive: training log loss" in str(table)
