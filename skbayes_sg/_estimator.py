@@ -23,6 +23,7 @@ from ._fit._messages import caller_stacklevel, convergence_messages
 from ._inference_data import inference_data
 from .minibatch import BATCH_SCHEMES, GRADIENTS
 from .models._map import _map_estimate
+from .models.glm import resolve_alpha
 from .samplers import get_sampler
 
 #: Rows per minibatch with ``batch_size="auto"`` (as MLPClassifier's ``min(200, N)``).
@@ -122,6 +123,9 @@ class BaseSGBayes(BaseEstimator):
     #: Bulk ESS at which ``n_iter="auto"`` stops, and its ceiling (None: ``MAX_ITER``).
     _run_length_ess_target = _run_length.ESS_TARGET
     _run_length_max_iter = None
+    #: Whether ``alpha="auto"`` is resolved to ``alpha_`` at fit (the GLMs; see
+    #: :func:`~skbayes_sg.models.glm.auto_alpha`), which ``_build_model`` then uses.
+    _auto_alpha = False
     #: What ``batch_size="auto"`` and ``max_draws="auto"`` resolve to (see the constants).
     _auto_batch_size = AUTO_BATCH_SIZE
     _auto_max_draws = AUTO_MAX_DRAWS
@@ -266,6 +270,11 @@ class BaseSGBayes(BaseEstimator):
         ``sample_weight``: validated per-row likelihood weights (None: all ones).
         """
         sampler = get_sampler(self.sampler)
+        if self._auto_alpha:
+            # alpha="auto" scales the prior to the features; a continued fit keeps its prior.
+            continuing = streaming or (self.warm_start and hasattr(self, "samples_"))
+            previous = getattr(self, "alpha_", None) if continuing else None
+            self.alpha_ = resolve_alpha(self.alpha, previous, X, sample_weight, self.fit_intercept)
         model = self._build_model(X, y)
         if sample_weight is not None:
             model.set_sample_weight(sample_weight)
@@ -322,9 +331,28 @@ class BaseSGBayes(BaseEstimator):
         -------
         summary : skbayes_sg.diagnostics.PosteriorSummary
             A dict of columns (``parameter``, ``mean``, ``sd``, ``ci_lower``, ``ci_upper``,
-            ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table.
+            ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table; for
+            the GLMs also ``prior_sd``, each coefficient's prior sd in the user's units (the
+            default ``alpha="auto"`` resolved, see :ref:`priors`).
         """
-        return diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci, self.sample_weight_)
+        out = diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci, self.sample_weight_)
+        prior_sd = self._prior_sd()
+        if prior_sd is not None:
+            out["prior_sd"] = prior_sd
+        return out
+
+    def _prior_sd(self):
+        """Each parameter's Gaussian prior sd in the user's units (NaN where it has none, as a
+        regression's noise precision), or None for a model without one (the DRBM)."""
+        prec = getattr(self._model, "prior_precision", None)
+        if prec is None:
+            return None
+        P = self.samples_.shape[-1]
+        n_w = np.size(prec) if np.ndim(prec) else P - getattr(self._model, "_n_extra", 0)
+        sd = np.full(P, np.nan)
+        sd[:n_w] = 1.0 / np.sqrt(prec)
+        affine = self._user_affine()
+        return sd if affine is None else sd * np.abs(affine[0])
 
     def _feature_names(self, feature_names=None):
         """Names of the features: ``feature_names`` (validated), else ``feature_names_in_``,

@@ -6,7 +6,7 @@ from numbers import Real
 import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ._classifier import BaseSGBayesClassifier
@@ -21,7 +21,7 @@ from .samplers import get_sampler
 #: Constraints of the GLMs' prior parameters; shapes and values of an array ``alpha`` are
 #: checked by the model, which knows the number of features and classes.
 _GLM_PRIOR_CONSTRAINTS = {
-    "alpha": [Interval(Real, 0, None, closed="neither"), "array-like"],
+    "alpha": [Interval(Real, 0, None, closed="neither"), "array-like", StrOptions({"auto"})],
     "alpha_intercept": [Interval(Real, 0, None, closed="neither")],
 }
 
@@ -69,9 +69,15 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     {n_jobs}
     {random_state}
     {init}
-    alpha : float or array-like of shape (n_features,) or (n_classes, n_features), default=1.0
-        Prior precision of the weights: ``coef_[..., j] ~ N(0, 1 / alpha_j)``. A float is
-        the papers' isotropic prior; an array gives each feature its own prior scale
+    alpha : "auto", float or array-like of shape (n_features,) or (n_classes, n_features), \
+default="auto"
+        Prior precision of the weights: ``coef_[..., j] ~ N(0, 1 / alpha_j)``. ``"auto"``
+        scales it to the features, ``alpha_j = sd_j^2`` with ``sd_j`` the standard deviation
+        of feature ``j`` in the training data (its root mean square without
+        ``fit_intercept``): a prior sd of 1 on the logit per standard deviation of ``x_j``,
+        so that predictions do not depend on the features' units (the resolved values are
+        ``alpha_``; see :ref:`priors`). A float is the papers' isotropic prior per unit of
+        ``x_j`` (``1 / C`` of ``LogisticRegression``); an array gives each feature its own prior scale
         ``s_j`` as ``alpha_j = 1 / s_j^2``, per class too with a 2-d array of ``coef_``'s
         shape (see :ref:`priors`). Arrays can be searched over in ``GridSearchCV`` like any
         other value.
@@ -91,6 +97,10 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
 
     Attributes
     ----------
+    alpha_ : float or ndarray of shape (n_features,) or (n_classes, n_features)
+        The prior precisions the fit used: ``alpha`` as given, or what ``"auto"`` resolved
+        to (fixed by the first fit or chunk of a continued one, ``warm_start`` or
+        ``partial_fit``).
     classes_ : ndarray of shape (n_classes,)
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
         Posterior mean of the weights.
@@ -125,6 +135,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     """
 
     _parameter_constraints = {**BaseSGBayesClassifier._parameter_constraints, **_GLM_PRIOR_CONSTRAINTS}
+    _auto_alpha = True
 
     def __init__(
         self,
@@ -140,7 +151,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha=1.0,
+        alpha="auto",
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,
@@ -172,13 +183,13 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     def _build_model(self, X, y):
         if self.classes_.size == 2:
             return LogisticModel(
-                X, y, alpha=self.alpha, alpha_intercept=self.alpha_intercept, fit_intercept=self.fit_intercept
+                X, y, alpha=self.alpha_, alpha_intercept=self.alpha_intercept, fit_intercept=self.fit_intercept
             )
         return SoftmaxModel(
             X,
             y,
             n_classes=self.classes_.size,
-            alpha=self.alpha,
+            alpha=self.alpha_,
             alpha_intercept=self.alpha_intercept,
             fit_intercept=self.fit_intercept,
         )
@@ -249,10 +260,14 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     {n_jobs}
     {random_state}
     {init}
-    alpha : float or array-like of shape (n_features,), default=1.0
+    alpha : "auto", float or array-like of shape (n_features,), default="auto"
         Prior precision of the weights: ``coef_[..., j] ~ N(0, y_scale_**2 / alpha_j)``:
         ``alpha`` is in units of ``y``'s standardised scale, so ``alpha_j = 1`` is a prior
-        sd of one sd of ``y`` per unit of ``x_j``. A float is the papers' isotropic prior;
+        sd of one sd of ``y`` per unit of ``x_j``. ``"auto"`` scales it to the features,
+        ``alpha_j = sd_j^2`` with ``sd_j`` the standard deviation of feature ``j`` (its
+        root mean square without ``fit_intercept``): a prior sd of one sd of ``y`` per sd
+        of ``x_j``, as rstanarm and bambi scale theirs, so that predictions do not depend on
+        the features' units (resolved in ``alpha_``). A float is the papers' isotropic prior;
         an array gives each feature its own prior scale ``s_j`` as ``alpha_j = 1 / s_j^2``
         (see :ref:`priors`). Arrays can be searched over in ``GridSearchCV`` like any other
         value.
@@ -299,6 +314,9 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
 
     Attributes
     ----------
+    alpha_ : float or ndarray of shape (n_features,)
+        The prior precisions the fit used (standardised-y units): ``alpha`` as given, or
+        what ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one).
     coef_ : ndarray of shape (n_features,)
         Posterior mean of the weights.
     intercept_ : float
@@ -338,6 +356,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     >>> mean, std = reg.predict(X[:3], return_std=True)
     """
 
+    _auto_alpha = True
     _parameter_constraints = {
         **BaseSGBayes._parameter_constraints,
         **_GLM_PRIOR_CONSTRAINTS,
@@ -361,7 +380,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha=1.0,
+        alpha="auto",
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,
@@ -494,7 +513,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         return LinearRegressionModel(
             X,
             y,
-            alpha=self.alpha,
+            alpha=self.alpha_,
             alpha_intercept=self.alpha_intercept,
             fit_intercept=self.fit_intercept,
             noise_precision=None if tau is None else tau * s * s,

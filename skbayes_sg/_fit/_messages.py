@@ -247,6 +247,8 @@ def explain_divergence(exc, estimator):
     stable across it: a smaller step would not help, a proper prior does.
     """
     alpha = getattr(estimator, "alpha", None)
+    if isinstance(alpha, str):  # "auto": N(0, 1) per sd of each feature, never nearly flat there
+        alpha = None
     hints = []
     if alpha is not None and np.min(alpha) < FLAT_PRIOR_ALPHA:
         hints.append(
