@@ -554,8 +554,8 @@ class PosteriorSummary(dict):
     Keys: ``"parameter"`` (names), ``"mean"``, ``"sd"``, ``"ci_lower"``, ``"ci_upper"``
     (equal-tailed credible interval of level :attr:`ci`), ``"ess_bulk"``, ``"ess_tail"``,
     ``"r_hat"`` and ``"mcse_mean"``, and for the GLM estimators ``"prior_sd"`` (the sd of
-    each coefficient's Gaussian prior in the user's units; NaN for other parameters). ``str()`` formats it as a table, so
-    ``print(est.summary())`` reads like Stan's or ArviZ's summary without pandas
+    each coefficient's Gaussian prior in the user's units; NaN for other parameters).
+    ``str()`` formats it as a table, so ``print(est.summary())`` reads like Stan's or ArviZ's summary without pandas
     (``pandas.DataFrame(est.summary())`` gives a data frame where pandas is installed).
 
     Attributes
