@@ -97,10 +97,10 @@ default="auto"
 
     Attributes
     ----------
-    alpha_ : float or ndarray of shape (n_features,) or (n_classes, n_features)
-        The prior precisions the fit used: ``alpha`` as given, or what ``"auto"`` resolved
-        to (fixed by the first fit or chunk of a continued one, ``warm_start`` or
-        ``partial_fit``).
+    alpha_ : float or ndarray
+        The prior precisions of the weights the fit used: ``alpha`` as given, or what
+        ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one,
+        ``warm_start`` or ``partial_fit``).
     classes_ : ndarray of shape (n_classes,)
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
         Posterior mean of the weights.
@@ -314,9 +314,10 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
 
     Attributes
     ----------
-    alpha_ : float or ndarray of shape (n_features,)
-        The prior precisions the fit used (standardised-y units): ``alpha`` as given, or
-        what ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one).
+    alpha_ : float or ndarray
+        The prior precisions of the weights the fit used: ``alpha`` as given, or what
+        ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one,
+        ``warm_start`` or ``partial_fit``).
     coef_ : ndarray of shape (n_features,)
         Posterior mean of the weights.
     intercept_ : float

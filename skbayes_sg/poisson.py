@@ -109,9 +109,10 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
 
     Attributes
     ----------
-    alpha_ : float or ndarray of shape (n_features,)
-        The prior precisions the fit used: ``alpha`` as given, or what ``"auto"`` resolved
-        to (fixed by the first fit or chunk of a continued one).
+    alpha_ : float or ndarray
+        The prior precisions of the weights the fit used: ``alpha`` as given, or what
+        ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one,
+        ``warm_start`` or ``partial_fit``).
     coef_ : ndarray of shape (n_features,)
         Posterior mean of the weights (log rate ratios).
     intercept_ : float

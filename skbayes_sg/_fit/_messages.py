@@ -251,10 +251,14 @@ def explain_divergence(exc, estimator):
         alpha = None
     hints = []
     if alpha is not None and np.min(alpha) < FLAT_PRIOR_ALPHA:
+        fix = (
+            "alpha='auto' (the default: N(0, 1) per standard deviation of each feature) or a larger alpha"
+            if getattr(estimator, "_auto_alpha", False)
+            else "a larger alpha (default 1.0)"
+        )
         hints.append(
             f"The prior is nearly flat (smallest alpha = {np.min(alpha):.3g}): where the data (nearly) "
-            "separate the classes, the posterior then reaches far beyond its curvature at the mode. Use a "
-            "larger alpha (default 1.0)."
+            f"separate the classes, the posterior then reaches far beyond its curvature at the mode. Use {fix}."
         )
     init_scale = getattr(estimator, "init_scale", None)
     if isinstance(estimator.init, str) and estimator.init == "random" and init_scale is not None and init_scale > 1:

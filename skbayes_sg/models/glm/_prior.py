@@ -19,31 +19,39 @@ def feature_scales(X, sample_weight=None, center=True):
     """Per column of ``X`` its (weighted) standard deviation, or its root mean square when
     ``center`` is False (a model without intercept, centred at 0).
 
-    Dense (also memory-mapped, read in row blocks, shifted by the first row for accuracy)
-    or sparse ``X``; ``sample_weight`` counts a row that many times.
+    Dense (also memory-mapped, read in row blocks) or sparse ``X``; ``sample_weight`` counts
+    a row that many times (all ones give the unweighted result bit for bit). Each column is
+    first divided by its largest ``|x|`` and shifted by the first row, so that features near
+    1e300 do not overflow the squares and large means do not cancel the variance.
     """
     n, D = X.shape
-    w = None if sample_weight is None else np.asarray(sample_weight, dtype=float)
-    total_w = float(n if w is None else w.sum())
-    if total_w <= 0:
+    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+    total_w = float(w.sum())
+    if total_w <= 0 or n == 0:
         return np.zeros(D)
     if sp.issparse(X):
         X = sp.csr_matrix(X)
-        ones = np.ones(n) if w is None else w
-        mean = np.asarray(X.T @ ones).ravel() / total_w
-        sq = np.asarray(X.multiply(X).T @ ones).ravel() / total_w
+        size = np.asarray(abs(X).max(axis=0).todense()).ravel()
+        size[~(size > 0) | ~np.isfinite(size)] = 1.0
+        Xs = X @ sp.diags(1.0 / size)
+        mean = np.asarray(Xs.T @ w).ravel() / total_w
+        sq = np.asarray(Xs.multiply(Xs).T @ w).ravel() / total_w
         var = sq - mean * mean if center else sq
-        return np.sqrt(np.maximum(var, 0.0))
-    shift = np.asarray(X[:1], dtype=float).ravel() if (center and n) else np.zeros(D)
+        return size * np.sqrt(np.maximum(var, 0.0))
+    size = np.zeros(D)
+    for start in range(0, n, _BLOCK_ROWS):
+        np.maximum(size, np.abs(np.asarray(X[start : start + _BLOCK_ROWS], dtype=float)).max(axis=0), out=size)
+    size[~(size > 0) | ~np.isfinite(size)] = 1.0
+    shift = np.asarray(X[:1], dtype=float).ravel() / size if center else np.zeros(D)
     s1, s2 = np.zeros(D), np.zeros(D)
     for start in range(0, n, _BLOCK_ROWS):
-        block = np.asarray(X[start : start + _BLOCK_ROWS], dtype=float) - shift
-        wb = None if w is None else w[start : start + _BLOCK_ROWS]
-        s1 += block.sum(axis=0) if wb is None else wb @ block
-        s2 += np.einsum("ij,ij->j", block, block) if wb is None else wb @ (block * block)
+        block = np.asarray(X[start : start + _BLOCK_ROWS], dtype=float) / size - shift
+        wb = w[start : start + _BLOCK_ROWS]
+        s1 += wb @ block
+        s2 += wb @ (block * block)
     mean = s1 / total_w
     var = s2 / total_w - mean * mean if center else s2 / total_w
-    return np.sqrt(np.maximum(var, 0.0))
+    return size * np.sqrt(np.maximum(var, 0.0))
 
 
 def auto_alpha(X, sample_weight=None, center=True):
@@ -59,7 +67,11 @@ def auto_alpha(X, sample_weight=None, center=True):
         if flat.any():
             scale[flat] = feature_scales(X, sample_weight, center=False)[flat]
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, AUTO_PRIOR_SCALE)
-    return (scale / AUTO_PRIOR_SCALE) ** 2
+    with np.errstate(over="ignore", under="ignore"):
+        # Features of size 1e300 would square to inf: the largest finite precision instead,
+        # so that the fit reaches the checks that name such features.
+        alpha = (scale / AUTO_PRIOR_SCALE) ** 2
+    return np.clip(alpha, np.finfo(float).tiny, np.finfo(float).max)
 
 
 def prior_precisions(alpha, alpha_intercept, n_features, n_outputs, fit_intercept):
