@@ -116,9 +116,8 @@ def linreg_problem(problem):
 
 
 def prior_kwargs(problem):
-    """The reference's prior: none for ``a9a_default`` (the estimator's defaults), explicit otherwise."""
-    if problem == "a9a_default":
-        return {}
+    """The reference's prior, explicit (``a9a_default``'s is ``alpha=1``, ``alpha_intercept=0.01``:
+    the estimators' defaults before ``alpha="auto"``, issue 30)."""
     if problem in LINREG:  # posterior_accuracy.py's gaussian part
         return {"alpha": ALPHA, "alpha_intercept": ALPHA, "normalize_y": False}
     alpha, alpha_intercept = problem_prior(problem)

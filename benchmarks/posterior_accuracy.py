@@ -365,11 +365,13 @@ def part_gaussian(emit, quick, samplers):
 def _estimator_prior(problem, default_prior):
     """Keyword arguments giving ``SGBayesLogisticRegression`` the prior of the reference ``problem``:
     none with ``default_prior`` (after checking that the estimator's defaults are that prior),
-    else ``alpha`` and ``alpha_intercept`` explicitly (the papers' prior for the older problems)."""
+    else ``alpha`` and ``alpha_intercept`` explicitly (the papers' prior for the older problems).
+    Since ``alpha="auto"`` became the default (issue 30) the references' ``alpha=1`` is passed
+    explicitly too: it is the default prior on standardised features, not on these."""
     alpha, alpha_intercept = problem_prior(problem)
-    if not default_prior:
-        return {"alpha": alpha, "alpha_intercept": alpha_intercept}
     defaults = SGBayesLogisticRegression().get_params()
+    if not default_prior or defaults["alpha"] == "auto":
+        return {"alpha": alpha, "alpha_intercept": alpha_intercept}
     if (defaults["alpha"], defaults["alpha_intercept"]) != (alpha, alpha_intercept):
         raise RuntimeError(
             f"the estimator's default prior (alpha={defaults['alpha']}, alpha_intercept="

@@ -383,10 +383,13 @@ def check_finite(
 
 def _check_finite(state, sampler, t):
     if not state.is_finite():
+        # Only the momentum samplers have a friction to increase (SGLD and gadMALA have none).
+        fixes = "standardise the features, or increase the friction" if hasattr(sampler, "friction") else None
         raise divergence_error(
             type(sampler).__name__,
             state.step_size,
             f"the chain's state became non-finite by iteration {t + 1}",
+            fixes or "or standardise the features",
             iteration=t + 1,
         )
 

@@ -92,11 +92,11 @@ warm_start : bool, default=False
 max_draws : int, "auto" or None, default="auto"
     At most this many draws are stored per chain: thinning is raised above ``thin``
     when needed, so memory stays at ``n_chains * max_draws * n_params`` floats however
-    long the run. ``None`` stores every kept draw. ``"auto"``: 1,000, except for the
-    adaptive samplers, whose draws are nearly independent, so that thinning would
-    discard effective samples: they store every kept draw while all chains' draws fit
-    in 2^19 floats (4 MiB, what 4 chains of 1,000 draws of 124 parameters take), at
-    least 1,000 per chain. Predicting costs time linear in the stored draws.""",
+    long the run. ``None`` stores every kept draw. ``"auto"``: every kept draw while all
+    chains' draws fit in 2^19 floats (4 MiB, what 4 chains of 1,000 draws of 124
+    parameters take), at least 1,000 per chain (250 for the DRBM), so that thinning
+    discards no effective samples and ``to_inference_data`` (PSIS-LOO) gets every kept
+    draw. Predicting averages over ``n_predict_draws`` of them.""",
     "n_predict_draws": """\
 n_predict_draws : int, "auto" or None, default="auto"
     How many of the stored draws the posterior predictive averages over

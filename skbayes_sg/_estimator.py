@@ -23,6 +23,7 @@ from ._fit._messages import caller_stacklevel, convergence_messages
 from ._inference_data import inference_data
 from .minibatch import BATCH_SCHEMES, GRADIENTS
 from .models._map import _map_estimate
+from .models.glm import resolve_alpha
 from .samplers import get_sampler
 
 #: Rows per minibatch with ``batch_size="auto"`` (as MLPClassifier's ``min(200, N)``).
@@ -38,16 +39,15 @@ FULL_DATA_WORK = 200_000
 #: (``_laplace_burn_in``, the adaptive samplers', see :meth:`BaseSGBayes._run_policy`).
 AUTO_BURN_IN = 0.2
 
-#: ``max_draws="auto"``: draws stored per chain. Samplers whose draws are nearly independent
-#: (``_store_every_draw``: the Metropolis-adjusted gadMALA and gadRWM, autocorrelation times
-#: of a few iterations) store every kept draw as long as all chains' draws together stay
-#: within ``AUTO_DRAW_FLOATS`` floats, at least ``AUTO_MAX_DRAWS`` per chain: thinning them
-#: discards effective samples (x4 loses 20% of the ESS at an autocorrelation time of 5).
-#: 2^19 floats (4 MiB) is what the stochastic-gradient samplers store on a9a (4 chains of
-#: 1,000 draws of 124 parameters), so that prediction, whose cost is linear in the stored
-#: floats, never costs more per test row than theirs there. The stochastic-gradient
-#: samplers keep ``AUTO_MAX_DRAWS``, as before: their draws are more autocorrelated (14
-#: iterations per effective draw on a9a, which its thinning x4 hardly touches).
+#: ``max_draws="auto"``: draws stored per chain. Every sampler stores every kept draw as long
+#: as all chains' draws together stay within ``AUTO_DRAW_FLOATS`` floats, at least
+#: ``AUTO_MAX_DRAWS`` per chain (the estimator's ``_auto_max_draws`` for the stochastic-
+#: gradient samplers: 250 for the DRBM): thinning discards effective samples (x4 loses 20%
+#: of the ESS at an autocorrelation time of 5), and the ArviZ export, whose PSIS-LOO needs
+#: many draws, holds what is stored (issue 30: a default fit of standardised breast cancer
+#: stored 512 of its 4,102 kept draws a chain). 2^19 floats (4 MiB) is what the samplers
+#: store on a9a (4 chains of 1,000 draws of 124 parameters); prediction averages over
+#: ``n_predict_draws`` of the stored draws, so its cost does not grow with them.
 AUTO_MAX_DRAWS = 1000
 AUTO_DRAW_FLOATS = 2**19
 
@@ -127,6 +127,9 @@ class BaseSGBayes(BaseEstimator):
     #: Bulk ESS at which ``n_iter="auto"`` stops, and its ceiling (None: ``MAX_ITER``).
     _run_length_ess_target = _run_length.ESS_TARGET
     _run_length_max_iter = None
+    #: Whether ``alpha="auto"`` is resolved to ``alpha_`` at fit (the GLMs; see
+    #: :func:`~skbayes_sg.models.glm.auto_alpha`), which ``_build_model`` then uses.
+    _auto_alpha = False
     #: What ``batch_size="auto"`` and ``max_draws="auto"`` resolve to (see the constants).
     _auto_batch_size = AUTO_BATCH_SIZE
     _auto_max_draws = AUTO_MAX_DRAWS
@@ -190,9 +193,9 @@ class BaseSGBayes(BaseEstimator):
             burn_in = getattr(sampler, "_laplace_burn_in", AUTO_BURN_IN) if laplace else AUTO_BURN_IN
         max_draws = self.max_draws
         if isinstance(max_draws, str):
-            max_draws = self._auto_max_draws
-            if getattr(sampler, "_store_every_draw", False):
-                max_draws = max(AUTO_MAX_DRAWS, AUTO_DRAW_FLOATS // (self.n_chains * max(n_params, 1)))
+            budget = AUTO_DRAW_FLOATS // (self.n_chains * max(n_params, 1))
+            floor = AUTO_MAX_DRAWS if getattr(sampler, "_store_every_draw", False) else self._auto_max_draws
+            max_draws = max(floor, budget)
         return burn_in, min_adaptation, max_draws
 
     def _batch_size(self, sampler, n_samples, n_params=1):
@@ -271,6 +274,11 @@ class BaseSGBayes(BaseEstimator):
         ``sample_weight``: validated per-row likelihood weights (None: all ones).
         """
         sampler = get_sampler(self.sampler)
+        if self._auto_alpha:
+            # alpha="auto" scales the prior to the features; a continued fit keeps its prior.
+            continuing = streaming or (self.warm_start and hasattr(self, "samples_"))
+            previous = getattr(self, "alpha_", None) if continuing else None
+            self.alpha_ = resolve_alpha(self.alpha, previous, X, sample_weight, self.fit_intercept)
         model = self._build_model(X, y)
         if sample_weight is not None:
             model.set_sample_weight(sample_weight)
@@ -327,9 +335,14 @@ class BaseSGBayes(BaseEstimator):
         -------
         summary : skbayes_sg.diagnostics.PosteriorSummary
             A dict of columns (``parameter``, ``mean``, ``sd``, ``ci_lower``, ``ci_upper``,
-            ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table.
+            ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table; for
+            the GLMs also ``prior_sd``, each coefficient's prior sd in the user's units (the
+            default ``alpha="auto"`` resolved, see :ref:`priors`).
         """
         out = diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci, self.sample_weight_)
+        prior_sd = self._prior_sd()
+        if prior_sd is not None:
+            out["prior_sd"] = prior_sd
         out.ksd = self.diagnostics_.get("ksd")
         return out
 
@@ -341,6 +354,19 @@ class BaseSGBayes(BaseEstimator):
         if state.get("_stein") is not None:
             state = {**state, "_stein": None}
         return state
+
+    def _prior_sd(self):
+        """Each parameter's Gaussian prior sd in the user's units (NaN where it has none, as a
+        regression's noise precision), or None for a model without one (the DRBM)."""
+        prec = getattr(self._model, "prior_precision", None)
+        if prec is None:
+            return None
+        P = self.samples_.shape[-1]
+        n_w = np.size(prec) if np.ndim(prec) else P - getattr(self._model, "_n_extra", 0)
+        sd = np.full(P, np.nan)
+        sd[:n_w] = 1.0 / np.sqrt(prec)
+        affine = self._user_affine()
+        return sd if affine is None else sd * np.abs(affine[0])
 
     def _feature_names(self, feature_names=None):
         """Names of the features: ``feature_names`` (validated), else ``feature_names_in_``,

@@ -553,8 +553,9 @@ class PosteriorSummary(dict):
 
     Keys: ``"parameter"`` (names), ``"mean"``, ``"sd"``, ``"ci_lower"``, ``"ci_upper"``
     (equal-tailed credible interval of level :attr:`ci`), ``"ess_bulk"``, ``"ess_tail"``,
-    ``"r_hat"`` and ``"mcse_mean"``. ``str()`` formats it as a table, so
-    ``print(est.summary())`` reads like Stan's or ArviZ's summary without pandas
+    ``"r_hat"`` and ``"mcse_mean"``, and for the GLM estimators ``"prior_sd"`` (the sd of
+    each coefficient's Gaussian prior in the user's units; NaN for other parameters).
+    ``str()`` formats it as a table, so ``print(est.summary())`` reads like Stan's or ArviZ's summary without pandas
     (``pandas.DataFrame(est.summary())`` gives a data frame where pandas is installed).
 
     Attributes
@@ -575,6 +576,9 @@ class PosteriorSummary(dict):
         lo, hi = 50 * (1 - self.ci), 50 * (1 + self.ci)
         headers = ["parameter", "mean", "sd", f"{lo:g}%", f"{hi:g}%", "ess_bulk", "ess_tail", "r_hat"]
         keys = ["mean", "sd", "ci_lower", "ci_upper", "ess_bulk", "ess_tail", "r_hat"]
+        if "prior_sd" in self:  # the prior's sd in the user's units, where the estimator gives it
+            headers.append("prior_sd")
+            keys.append("prior_sd")
         n = len(self["parameter"])
         rows = range(n if max_rows is None else min(n, max_rows))
         cells = [[str(self["parameter"][i])] + [_fmt(self[k][i], k) for k in keys] for i in rows]

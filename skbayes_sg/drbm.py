@@ -24,9 +24,10 @@ _START_STREAM = 0x5EED1
 CURVATURE_LBFGS_ITER = 30
 
 #: Ceiling of ``n_iter="auto"`` for the DRBM, iterations per chain: the default fit on digits
-#: (1,257 x 64, 10 classes) stays under a minute of CPU even when it reaches it (44 s for
-#: 7,980 iterations of the four chains, so about 55 s at the ceiling;
-#: ``benchmarks/drbm_digits_defaults.py``).
+#: (1,257 x 64, 10 classes) stays near a minute of wall time even when it reaches it (the
+#: whole fit, 7,980 iterations of the four chains, took 56 s of wall time on a 2-core AMD
+#: EPYC virtual machine shared with other jobs at a load average of 5, so about 70 s at the
+#: ceiling; ``benchmarks/drbm_digits_defaults.py``).
 AUTO_MAX_ITER = 10000
 #: Multiplier of the sampler's constant ``c`` in the curvature part of ``step_size="auto"``
 #: (``h = c / sqrt(lambda_max)``; mCCAdL's ``c`` is 0.2, so ``h = 0.6 / sqrt(lambda_max)``,
@@ -45,6 +46,32 @@ AUTO_MAX_DRAWS = 250
 MONITOR_ROWS = 256
 # Draws per block of the monitor's predictive (bounds its (draws, rows, classes) array).
 _MONITOR_CHUNK = 256
+#: Largest split R-hat of a single monitored row's log predictive probability before ``fit``
+#: warns. Above the 1.01 of a single quantity because it is the worst of up to 256: for
+#: chains of independent draws at the ESS floor (100 per chain) the largest of 256 R-hats
+#: reaches 1.04 (1.011 at the 800 draws of a default fit on digits), so 1.01 would warn on
+#: every fit; a row whose chains sit in different modes shows far larger values.
+RHAT_MAX_ROWS = 1.05
+
+
+def row_diagnostics(logp):
+    """Convergence of the per-row log predictive probabilities ``logp`` (chains, draws, rows):
+    the worst row's split R-hat and its index, and the lowest and median bulk ESS of the rows.
+
+    Each row's ``log p(y_i | x_i, theta)`` is, like the log loss, unchanged by permutations
+    of the hidden units, and chains in different modes that fit the rows equally well on
+    average (so pass the log loss's check) still predict single rows differently.
+    """
+    summary = diagnostics.summarize(logp)
+    rhat, ess = np.nan_to_num(summary["rhat"], nan=1.0), summary["ess_bulk"]
+    worst = int(np.argmax(rhat))
+    return {
+        "predictive_rows_rhat": float(rhat[worst]),
+        "predictive_rows_worst": worst,
+        "predictive_rows_ess_min": float(np.nanmin(ess)) if np.isfinite(ess).any() else float("nan"),
+        "predictive_rows_ess_median": float(np.nanmedian(ess)) if np.isfinite(ess).any() else float("nan"),
+        "predictive_rows_high": int(np.sum(rhat > RHAT_MAX_ROWS)),
+    }
 
 
 @fill_docstring
@@ -82,7 +109,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         ``H``, the number of hidden units. The papers use 100 on letter; 50 costs half as
         much per iteration and on digits, at the same run length, loses 0.4 points of test
         accuracy (97.8% against 98.1%; test log loss 0.159 against 0.139), so that the
-        default fit converges there within a minute of CPU.
+        default fit converges there in about a minute of wall time (56 s on a 2-core AMD
+        EPYC virtual machine, see :data:`AUTO_MAX_ITER`).
     init_scale : float, default=0.1
         Standard deviation of the random starting weights ``W`` and ``U`` (biases start
         at zero). Random weights break the symmetry between hidden units.
@@ -99,8 +127,9 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         predictive has converged (the per-draw training log loss has split R-hat below 1.01
         and bulk and tail ESS of 100 per chain, see Notes), at most
         :data:`AUTO_MAX_ITER` (10,000) iterations per chain: a ceiling set so that the
-        default fit of a data set the size of digits (1,257 x 64, 10 classes) takes under
-        a minute of CPU even when it reaches it (it converges there in about 8,000); where
+        default fit of a data set the size of digits (1,257 x 64, 10 classes) takes about a
+        minute of wall time even when it reaches it (it converges there in about 8,000, in
+        56 s on a 2-core AMD EPYC virtual machine); where
         the predictive needs longer, ``fit`` warns and an explicit, larger ``n_iter`` runs
         on. The weights' own R-hat is not used: hidden
         units can swap, so it need not fall below 1.01 even when the predictive has
@@ -167,7 +196,11 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     {diagnostics_}
         The DRBM adds ``predictive_rhat``, ``predictive_ess`` and ``predictive_ess_tail``,
         the diagnostics of the per-draw training log loss ``sample_stats_["log_loss"]``
-        on which it judges convergence (see Notes).
+        on which it judges convergence, and ``predictive_rows_rhat`` (the largest split
+        R-hat of a monitored row's log predictive probability), ``predictive_rows_worst``
+        (that row's index among the monitored rows), ``predictive_rows_high`` (the rows
+        above :data:`RHAT_MAX_ROWS`), ``predictive_rows_ess_min`` and
+        ``predictive_rows_ess_median`` (see Notes).
 
     Notes
     -----
@@ -186,7 +219,12 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     rank-normalised split R-hat and bulk and tail ESS are ``diagnostics_["predictive_rhat"]``,
     ``["predictive_ess"]`` and ``["predictive_ess_tail"]``. ``fit`` raises a
     ``ConvergenceWarning`` when that R-hat exceeds 1.01 or either ESS is below 100 per
-    chain (Vehtari et al. 2021), and ``n_iter="auto"`` runs until neither holds. The log
+    chain (Vehtari et al. 2021), and ``n_iter="auto"`` runs until neither holds. Each
+    monitored row's log predictive probability is checked too (chains in different modes
+    can agree on the mean and not on single rows): ``fit`` also warns when the largest of
+    their R-hats exceeds :data:`RHAT_MAX_ROWS` (1.05, the bound for the worst of 256) or
+    their median bulk ESS is below 100 per chain. ``summary()`` lists both monitors before
+    the parameters. The log
     loss follows the overall scale of the weights, the slowest direction of the chains.
     The training rows are what ``fit`` has: the per-draw log loss on held-out rows can
     mix more slowly (on digits its ESS was 0.3 to 1.3 times the monitor's, 0.8 with the
@@ -203,7 +241,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     predictive's slowest direction mixes in a number of iterations about inversely
     proportional to ``h``, and on digits the rule's own step would need about 15,000
     iterations per chain to converge where three times it needs about 5,500 (``"auto"``
-    stops after its block of 8,000: 40 to 45 s of CPU). The price is a discretisation
+    stops after its block of 8,000: 56 s of wall time for the whole fit on a 2-core AMD
+    EPYC virtual machine). The price is a discretisation
     bias, measured against a step four to six times smaller run long
     (``benchmarks/drbm_digits_step_bias.py``): on digits the
     posterior predictive's test log loss differs by 0.0002 to 0.0011 from a step four
@@ -353,6 +392,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     # -mean_i log p(y_i | x_i, theta) on fixed training rows, a scalar like Stan's lp__.
     # Its R-hat and ESS judge convergence (warning, n_iter="auto").
     _run_length_on_parameters = False
+    # Its docs ask for features in [-1, 1]: a failed check advises that scaling, not standardising.
+    _feature_scaling = "max_abs"
     _run_length_max_iter = AUTO_MAX_ITER
 
     def _auto_step_scale(self, sampler):
@@ -376,7 +417,16 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         self._monitor_cache = None
 
     def _per_draw_log_loss(self, draws):
-        """Per-draw mean log loss on the monitored rows, shape ``draws.shape[:-1]``.
+        """Per-draw mean log loss on the monitored rows, shape ``draws.shape[:-1]``."""
+        return self._monitor_values(draws)[0]
+
+    def _per_draw_row_log_proba(self, draws):
+        """Per draw and monitored row ``log p(y_i | x_i, theta)``, shape ``draws.shape[:-1] +
+        (n_rows,)``."""
+        return self._monitor_values(draws)[1]
+
+    def _monitor_values(self, draws):
+        """The per-draw log loss and per-row log predictive probabilities of the monitored rows.
 
         The last result is kept: the final block of ``n_iter="auto"`` and the fitted
         diagnostics ask for the same draws.
@@ -384,15 +434,15 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         model, X, y = self._monitor
         flat = draws.reshape(-1, draws.shape[-1])
         cache = self._monitor_cache
-        if cache is not None and cache[0] == flat.shape and np.array_equal(cache[1], flat[[0, -1]]):
-            return cache[2].reshape(draws.shape[:-1])
-        out = np.empty(flat.shape[0])
-        rows = np.arange(y.size)
-        for s in range(0, flat.shape[0], _MONITOR_CHUNK):
-            logp = model.log_proba_draws(flat[s : s + _MONITOR_CHUNK], X)
-            out[s : s + _MONITOR_CHUNK] = -logp[:, rows, y].mean(axis=1)
-        self._monitor_cache = (flat.shape, flat[[0, -1]], out)
-        return out.reshape(draws.shape[:-1])
+        if cache is None or cache[0] != flat.shape or not np.array_equal(cache[1], flat[[0, -1]]):
+            loss, per_row = np.empty(flat.shape[0]), np.empty((flat.shape[0], y.size))
+            rows = np.arange(y.size)
+            for s in range(0, flat.shape[0], _MONITOR_CHUNK):
+                logp = model.log_proba_draws(flat[s : s + _MONITOR_CHUNK], X)[:, rows, y]
+                loss[s : s + _MONITOR_CHUNK] = -logp.mean(axis=1)
+                per_row[s : s + _MONITOR_CHUNK] = logp
+            cache = self._monitor_cache = (flat.shape, flat[[0, -1]], loss, per_row)
+        return cache[2].reshape(draws.shape[:-1]), cache[3].reshape(draws.shape[:-1] + (y.size,))
 
     def _run_length_summary(self, draws):
         return diagnostics.summarize(self._per_draw_log_loss(draws))
@@ -425,7 +475,9 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         self.class_weights_ = self._posterior_mean(U)
         self.intercept_hidden_ = self._posterior_mean(c)
         self.intercept_class_ = self._posterior_mean(d)
+        self._worst_row_log_proba = None
         if self.sample_weight_ is None:  # chains (a multilevel fit's signed draws have no R-hat)
+            logp = self._per_draw_row_log_proba(self.samples_)
             loss = self._per_draw_log_loss(self.samples_)
             self.sample_stats_["log_loss"] = loss
             summary = diagnostics.summarize(loss)
@@ -433,9 +485,57 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
                 predictive_rhat=summary["rhat"],
                 predictive_ess=summary["ess_bulk"],
                 predictive_ess_tail=summary["ess_tail"],
+                **row_diagnostics(logp),
             )
+            # For summary(): the monitor's rows are training data, which the estimator does not keep.
+            self._worst_row_log_proba = logp[..., self.diagnostics_["predictive_rows_worst"]]
         # The monitor holds training rows: the fitted estimator does not keep them.
         self._monitor = self._monitor_cache = None
+
+    def _row_messages(self, floor):
+        """What the per-row check of the predictive found (see :func:`row_diagnostics`)."""
+        diag, messages = self.diagnostics_, []
+        if diag.get("predictive_rows_high", 0):
+            messages.append(
+                f"the log predictive probabilities of {diag['predictive_rows_high']} of the monitored training "
+                f"rows have split R-hat above {RHAT_MAX_ROWS} (worst {diag['predictive_rows_rhat']:.3f}): the "
+                "chains predict those rows differently (still burning in, or in different modes). Run longer."
+            )
+        if diag.get("predictive_rows_ess_median", np.inf) < floor:
+            messages.append(
+                f"the median bulk ESS of the monitored rows' log predictive probabilities is "
+                f"{diag['predictive_rows_ess_median']:.0f}, below {floor}: increase n_iter."
+            )
+        return messages
+
+    def summary(self, ci=0.9, feature_names=None):
+        """Posterior summary: first the predictive's convergence monitors, then every parameter.
+
+        The first row is the per-draw training log loss (``sample_stats_["log_loss"]``), the
+        second the log predictive probability of the monitored training row whose chains
+        agree least (``diagnostics_["predictive_rows_worst"]`` among the monitored rows):
+        the quantities whose R-hat and ESS say whether the DRBM has converged (see Notes);
+        the parameters' own R-hat is large under hidden-unit swaps. Parameters as
+        :meth:`BaseSGBayes.summary <skbayes_sg.SGBayesLogisticRegression.summary>`.
+
+        Returns
+        -------
+        summary : skbayes_sg.diagnostics.PosteriorSummary
+        """
+        params = super().summary(ci, feature_names)
+        if getattr(self, "_worst_row_log_proba", None) is None:
+            return params
+        row = self.diagnostics_["predictive_rows_worst"]
+        monitors = diagnostics.posterior_summary(
+            np.stack([self.sample_stats_["log_loss"], self._worst_row_log_proba], axis=-1),
+            ["predictive: training log loss", f"predictive: log p(y|x), monitored row {row}"],
+            ci,
+        )
+        for key, column in params.items():
+            monitors[key] = (
+                list(monitors[key]) + list(column) if key == "parameter" else np.concatenate([monitors[key], column])
+            )
+        return monitors
 
     def _convergence_messages(self):
         """What the convergence checks found, on the predictive monitor, not on the weights
@@ -464,6 +564,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
                     f"below {floor} ({ESS_MIN_PER_CHAIN} per chain): the predictive's Monte Carlo error is not "
                     "yet reliable. Increase n_iter."
                 )
+            messages += self._row_messages(floor)
         if messages and np.isfinite(ess):
             # ESS grows about linearly with the run (the rule of n_iter="auto").
             growth = required_growth(
@@ -472,7 +573,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
                 self._run_length_ess_target,
             )
             suggest = int(np.ceil(self.n_iter_ * max(growth, 1.25) / 1000.0)) * 1000
-            messages.append(f"about n_iter={suggest} would reach it")
+            messages.append(f"about n_iter={suggest} would reach it.")
         if messages and self.n_iter == "auto" and "n_iter_blocks" in diag:
             messages.append(
                 f"n_iter='auto' stopped at its ceiling of {diag['n_iter_blocks'][-1]} iterations per chain: the "

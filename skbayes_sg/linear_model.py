@@ -6,7 +6,7 @@ from numbers import Real
 import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ._classifier import BaseSGBayesClassifier
@@ -21,7 +21,7 @@ from .samplers import get_sampler
 #: Constraints of the GLMs' prior parameters; shapes and values of an array ``alpha`` are
 #: checked by the model, which knows the number of features and classes.
 _GLM_PRIOR_CONSTRAINTS = {
-    "alpha": [Interval(Real, 0, None, closed="neither"), "array-like"],
+    "alpha": [Interval(Real, 0, None, closed="neither"), "array-like", StrOptions({"auto"})],
     "alpha_intercept": [Interval(Real, 0, None, closed="neither")],
 }
 
@@ -69,9 +69,15 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     {n_jobs}
     {random_state}
     {init}
-    alpha : float or array-like of shape (n_features,) or (n_classes, n_features), default=1.0
-        Prior precision of the weights: ``coef_[..., j] ~ N(0, 1 / alpha_j)``. A float is
-        the papers' isotropic prior; an array gives each feature its own prior scale
+    alpha : "auto", float or array-like of shape (n_features,) or (n_classes, n_features), \
+default="auto"
+        Prior precision of the weights: ``coef_[..., j] ~ N(0, 1 / alpha_j)``. ``"auto"``
+        scales it to the features, ``alpha_j = sd_j^2`` with ``sd_j`` the standard deviation
+        of feature ``j`` in the training data (its root mean square without
+        ``fit_intercept``): a prior sd of 1 on the logit per standard deviation of ``x_j``,
+        so that predictions do not depend on the features' units (the resolved values are
+        ``alpha_``; see :ref:`priors`). A float is the papers' isotropic prior per unit of
+        ``x_j`` (``1 / C`` of ``LogisticRegression``); an array gives each feature its own prior scale
         ``s_j`` as ``alpha_j = 1 / s_j^2``, per class too with a 2-d array of ``coef_``'s
         shape (see :ref:`priors`). Arrays can be searched over in ``GridSearchCV`` like any
         other value.
@@ -91,6 +97,10 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
 
     Attributes
     ----------
+    alpha_ : float or ndarray
+        The prior precisions of the weights the fit used: ``alpha`` as given, or what
+        ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one,
+        ``warm_start`` or ``partial_fit``).
     classes_ : ndarray of shape (n_classes,)
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
         Posterior mean of the weights.
@@ -125,6 +135,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     """
 
     _parameter_constraints = {**BaseSGBayesClassifier._parameter_constraints, **_GLM_PRIOR_CONSTRAINTS}
+    _auto_alpha = True
 
     def __init__(
         self,
@@ -140,7 +151,7 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha=1.0,
+        alpha="auto",
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,
@@ -172,13 +183,13 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     def _build_model(self, X, y):
         if self.classes_.size == 2:
             return LogisticModel(
-                X, y, alpha=self.alpha, alpha_intercept=self.alpha_intercept, fit_intercept=self.fit_intercept
+                X, y, alpha=self.alpha_, alpha_intercept=self.alpha_intercept, fit_intercept=self.fit_intercept
             )
         return SoftmaxModel(
             X,
             y,
             n_classes=self.classes_.size,
-            alpha=self.alpha,
+            alpha=self.alpha_,
             alpha_intercept=self.alpha_intercept,
             fit_intercept=self.fit_intercept,
         )
@@ -249,10 +260,14 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     {n_jobs}
     {random_state}
     {init}
-    alpha : float or array-like of shape (n_features,), default=1.0
+    alpha : "auto", float or array-like of shape (n_features,), default="auto"
         Prior precision of the weights: ``coef_[..., j] ~ N(0, y_scale_**2 / alpha_j)``:
         ``alpha`` is in units of ``y``'s standardised scale, so ``alpha_j = 1`` is a prior
-        sd of one sd of ``y`` per unit of ``x_j``. A float is the papers' isotropic prior;
+        sd of one sd of ``y`` per unit of ``x_j``. ``"auto"`` scales it to the features,
+        ``alpha_j = sd_j^2`` with ``sd_j`` the standard deviation of feature ``j`` (its
+        root mean square without ``fit_intercept``): a prior sd of one sd of ``y`` per sd
+        of ``x_j``, as rstanarm and bambi scale theirs, so that predictions do not depend on
+        the features' units (resolved in ``alpha_``). A float is the papers' isotropic prior;
         an array gives each feature its own prior scale ``s_j`` as ``alpha_j = 1 / s_j^2``
         (see :ref:`priors`). Arrays can be searched over in ``GridSearchCV`` like any other
         value.
@@ -274,7 +289,15 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         ``alpha_intercept`` and the noise prior in those units. ``False`` samples the raw
         ``y`` with the priors in its units; with ``alpha_intercept=alpha`` this is the
         papers' prior. With ``warm_start`` or ``partial_fit`` the first call fixes the
-        scaling: later data are expressed in it.
+        scaling: later data are expressed in it. A hand-set ``step_size`` (for example
+        ``sampler=SGLD(step_size=h)``) is in those standardised units too: the likelihood's
+        curvature there is ``y_scale_**2`` times that of the raw ``y``, so a step copied from
+        a paper written for raw ``y`` is too large by that factor (``y_scale_`` for the
+        momentum samplers, whose stability limit goes as ``1 / sqrt(lambda_max)``) and may
+        diverge. To reproduce a paper's setting (raw ``y``, plain minibatch gradients, no
+        preconditioning), use ``SGBayesLinearRegression(sampler=SGLD(step_size=h,
+        preconditioner="none"), gradient="minibatch", normalize_y=False)``, with
+        ``alpha_intercept=alpha`` for its prior and ``noise_precision`` fixed if it was.
     noise_precision : float or None, default=None
         ``None`` samples ``tau`` (as ``log tau``, with the Jacobian of that change of
         variables); a positive float holds it fixed (in the units of ``y``: ``1 / var`` of
@@ -291,6 +314,10 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
 
     Attributes
     ----------
+    alpha_ : float or ndarray
+        The prior precisions of the weights the fit used: ``alpha`` as given, or what
+        ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one,
+        ``warm_start`` or ``partial_fit``).
     coef_ : ndarray of shape (n_features,)
         Posterior mean of the weights.
     intercept_ : float
@@ -330,6 +357,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     >>> mean, std = reg.predict(X[:3], return_std=True)
     """
 
+    _auto_alpha = True
     _parameter_constraints = {
         **BaseSGBayes._parameter_constraints,
         **_GLM_PRIOR_CONSTRAINTS,
@@ -353,7 +381,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha=1.0,
+        alpha="auto",
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,
@@ -486,7 +514,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         return LinearRegressionModel(
             X,
             y,
-            alpha=self.alpha,
+            alpha=self.alpha_,
             alpha_intercept=self.alpha_intercept,
             fit_intercept=self.fit_intercept,
             noise_precision=None if tau is None else tau * s * s,
@@ -552,14 +580,31 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         s = self._flat_samples()[:, -1]
         step = self.diagnostics_.get("step_size", float("nan"))
         name = type(get_sampler(self.sampler)).__name__
+        chain, iteration, where = self._first_bad_noise_draw(tau)
         del self.samples_  # not fitted: predictions from these draws would be infinite
+        units = ", in standardised-y units since normalize_y=True" if self.normalize_y else ""
         raise DivergenceError(
-            f"{name} diverged in the noise precision: log noise precision draws reach {s.min():.3g} .. "
-            f"{s.max():.3g}, where exp underflows to 0 or overflows (step_size={step:.4g}). Use a smaller "
+            f"{name} diverged in the noise precision {where}: log noise precision draws reach {s.min():.3g} .. "
+            f"{s.max():.3g}, where exp underflows to 0 or overflows (step_size={step:.4g}{units}). Use a smaller "
             "step_size or step_size='auto', standardise the targets, or hold noise_precision fixed.",
             sampler=name,
             step_size=step,
+            iteration=iteration,
         )
+
+    def _first_bad_noise_draw(self, tau):
+        """``(chain, iteration, where)`` of the earliest kept draw whose noise precision is 0 or
+        infinite: the iteration (1-based) from the chains' thinning grid, None without chains."""
+        tau = np.asarray(tau).reshape(self.samples_.shape[:2])
+        bad = ~(np.isfinite(tau) & (tau > 0))
+        first = int(np.argmax(bad.any(axis=0)))  # the earliest draw index bad in some chain
+        chain = int(np.argmax(bad[:, first]))
+        progress = getattr(self, "_chain_progress", None)
+        if not progress:
+            return chain, None, f"at draw {first + 1} (of {tau.shape[1]})"
+        # Draw j of the record is kept at iteration n_burn + (j + 1) * thin (1-based).
+        iteration = int(progress[0]["n_burn"] + (first + 1) * self.diagnostics_["thin"])
+        return chain, iteration, f"by iteration {iteration} (chain {chain})"
 
     def _posterior_variables(self, feature_names=None):
         C, D = self.samples_.shape[:2]

@@ -86,12 +86,15 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
     {n_jobs}
     {random_state}
     {init}
-    alpha : float or array-like of shape (n_features,), default=1.0
+    alpha : "auto", float or array-like of shape (n_features,), default="auto"
         Prior precision of the weights: ``coef_[j] ~ N(0, 1 / alpha_j)``, in units of the
         log rate per unit of ``x_j``: ``alpha_j = 1`` puts 95% of the prior on rate ratios
-        between 1/7 and 7 per unit of ``x_j``. A float is the isotropic prior; an array gives
+        between 1/7 and 7 per unit of ``x_j``. ``"auto"`` scales it to the features,
+        ``alpha_j = sd_j^2`` with ``sd_j`` the standard deviation of feature ``j`` (its root
+        mean square without ``fit_intercept``): rate ratios between 1/7 and 7 per standard
+        deviation of ``x_j``, whatever its units (resolved in ``alpha_``). A float is the
+        isotropic prior per unit of ``x_j``; an array gives
         each feature its own prior scale ``s_j`` as ``alpha_j = 1 / s_j^2`` (see :ref:`priors`).
-        Standardise the features, or give per-feature precisions, when their units differ.
     alpha_intercept : float, default=0.01
         Prior precision of the intercept (the log rate at ``x = 0``), ``N(0, 1 /
         alpha_intercept)``: weak by default (sd 10), so that the intercept is not shrunk,
@@ -106,6 +109,10 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
 
     Attributes
     ----------
+    alpha_ : float or ndarray
+        The prior precisions of the weights the fit used: ``alpha`` as given, or what
+        ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one,
+        ``warm_start`` or ``partial_fit``).
     coef_ : ndarray of shape (n_features,)
         Posterior mean of the weights (log rate ratios).
     intercept_ : float
@@ -139,6 +146,7 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
     """
 
     _parameter_constraints = {**BaseSGBayes._parameter_constraints, **_GLM_PRIOR_CONSTRAINTS}
+    _auto_alpha = True
 
     def __init__(
         self,
@@ -154,7 +162,7 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha=1.0,
+        alpha="auto",
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,
@@ -289,7 +297,7 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
         return PoissonModel(
             X,
             y,
-            alpha=self.alpha,
+            alpha=self.alpha_,
             fit_intercept=self.fit_intercept,
             alpha_intercept=self.alpha_intercept,
             offset=getattr(self, "_train_offset", None),

@@ -73,6 +73,7 @@ def test_example_sampler_recovers_the_exact_posterior_mean(monkeypatch):
         sampler="psgld",
         noise_precision=1.0,
         normalize_y=False,
+        alpha=1.0,
         alpha_intercept=1.0,
         n_iter=6000,
         n_chains=4,

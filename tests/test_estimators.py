@@ -276,6 +276,16 @@ def test_divergence_raises_with_sampler_step_and_iteration(cancer):
         clf.fit(X, y)
     assert info.value.sampler == "SGHMC" and info.value.step_size == 50.0
     assert 1 <= info.value.iteration <= 200
+    assert "increase the friction" in str(info.value)
+
+
+def test_sgld_divergence_advice_names_no_friction(cancer):
+    # SGLD has no friction: its divergence advice must not tell the user to increase one.
+    X, y = cancer
+    clf = SGBayesLogisticRegression(sampler=SGLD(step_size=100.0), n_iter=400, n_chains=1, random_state=0)
+    with pytest.raises(DivergenceError, match=r"SGLD diverged.*smaller step_size.*standardise the features") as info:
+        clf.fit(X, y)
+    assert "friction" not in str(info.value)
     with pytest.raises(NotFittedError):
         clf.predict(X)
 

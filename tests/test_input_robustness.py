@@ -13,7 +13,7 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from skbayes_sg import DivergenceError, SGBayesDRBMClassifier, SGBayesLinearRegression, SGBayesLogisticRegression
 from skbayes_sg.models import LinearRegressionModel
 from skbayes_sg.models._map import _map_estimate
-from skbayes_sg.samplers import MLSGLD, SGHMC
+from skbayes_sg.samplers import MLSGLD, SGHMC, SGLD
 from skbayes_sg.samplers._substeps import ou_exact
 
 
@@ -128,13 +128,22 @@ def test_a_runaway_noise_precision_is_a_divergence_not_infinite_predictive_std()
     # gave an infinite std.
     X = np.array([[-1.6e20], [-1.8e20], [4.6e19], [-4.8e19]])
     reg = SGBayesLinearRegression(
-        sampler=SGHMC(step_size=1e-8, preconditioner="none"), n_iter=30, n_chains=1, init="zeros", random_state=0
+        sampler=SGHMC(step_size=1e-8, preconditioner="none"),
+        alpha=1.0,  # per unit of x (alpha="auto" would put 1e40 on the weights: they diverge first)
+        n_iter=30,
+        n_chains=1,
+        init="zeros",
+        random_state=0,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warnings.simplefilter("ignore", ConvergenceWarning)
-        with pytest.raises(DivergenceError, match="diverged in the noise precision.*hold noise_precision fixed"):
+        with pytest.raises(
+            DivergenceError, match=r"diverged in the noise precision by iteration \d+ .*hold noise_precision fixed"
+        ) as info:
             reg.fit(X, np.full(4, 2.5e8))
+    # The iteration is named, as in every other divergence, and lies within the run.
+    assert 1 <= info.value.iteration <= 30
     with pytest.raises(NotFittedError):
         reg.predict(X)
 
@@ -389,3 +398,20 @@ def test_a_multilevel_estimate_over_its_budget_is_a_value_error_naming_the_fixes
         SGBayesLogisticRegression(sampler=sampler, init="zeros", alpha=1000.0, batch_size=None).fit(X, y)
     with pytest.raises(ValueError, match="max_grad_evals"):
         SGBayesLogisticRegression(sampler=MLSGLD(max_grad_evals=-1.0)).fit(X, y)
+
+
+def test_a_papers_step_on_standardised_targets_names_the_units_and_the_papers_setting():
+    # Issue 30 item 8: with normalize_y=True an explicit step is in standardised-y units, where
+    # the curvature is y_scale_**2 (~100) times that of the raw y; a paper's h = 5e-3 on a
+    # N = 1e4, D = 100 regression with y sd ~10 then diverges, and the error must say why and
+    # how to reproduce the paper's setting, which runs.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((10_000, 100))
+    y = X @ np.full(100, 0.6) + 8 * rng.standard_normal(10_000)
+    kw = dict(n_iter=300, n_chains=1, batch_size=100, noise_precision=1 / 64, random_state=0)
+    with pytest.raises(DivergenceError, match=r"standardised-y units since normalize_y=True.*normalize_y=False"):
+        SGBayesLinearRegression(sampler=SGLD(step_size=5e-3), **kw).fit(X, y)
+    paper = SGBayesLinearRegression(
+        sampler=SGLD(step_size=5e-3, preconditioner="none"), gradient="minibatch", normalize_y=False, **kw
+    ).fit(X, y)
+    assert np.all(np.isfinite(paper.coef_)) and np.abs(paper.coef_ - 0.6).max() < 1.0

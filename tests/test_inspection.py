@@ -98,10 +98,13 @@ def test_summary_table_matches_draws(cancer):
     np.testing.assert_allclose(s["ci_lower"], np.quantile(flat, 0.1, axis=0))
     np.testing.assert_allclose(s["r_hat"], clf.diagnostics_["rhat"])
     text = str(s)
-    assert text.splitlines()[0].split() == ["parameter", "mean", "sd", "10%", "90%", "ess_bulk", "ess_tail", "r_hat"]
+    header = ["parameter", "mean", "sd", "10%", "90%", "ess_bulk", "ess_tail", "r_hat", "prior_sd"]
+    assert text.splitlines()[0].split() == header
     # header, one row per coefficient and the intercept, then the draws' KSD
     assert len(text.splitlines()) == 1 + X.shape[1] + 1 + 1
     assert text.splitlines()[-1] == f"kernel Stein discrepancy of the draws: {clf.diagnostics_['ksd']:.4g}"
+    # The default prior in the user's units: sd 1 on the logit per sd of each feature.
+    np.testing.assert_allclose(s["prior_sd"], np.r_[1 / np.asarray(X).std(axis=0), 10.0], rtol=1e-10)
 
 
 def test_weighted_summary_uses_weights():

@@ -165,9 +165,11 @@ def test_default_fit_is_exact_with_features_on_very_different_scales():
     coef = 0.3 / scales
     coef[0] = 0.5
     y = rng.poisson(np.exp(0.5 + X @ coef))
-    ref = poisson_reference(X, y, n_draws=4000)
-    assert ref.ess > 3000  # the t proposal covers the posterior: weights nearly even
     reg = SGBayesPoissonRegressor(random_state=0).fit(X, y)
+    # The default prior is N(0, 1) per sd of each feature (alpha="auto"): the reference takes it.
+    np.testing.assert_allclose(reg.alpha_, X.var(axis=0), rtol=1e-10)
+    ref = poisson_reference(X, y, alpha=reg.alpha_, n_draws=4000)
+    assert ref.ess > 3000  # the t proposal covers the posterior: weights nearly even
     _assert_exact(reg, ref)
 
 
@@ -178,8 +180,8 @@ def test_default_fit_is_exact_on_randhie_doctor_visits():
     datasets = pytest.importorskip("statsmodels.datasets")
     data = datasets.randhie.load_pandas()
     X, y = data.exog.to_numpy(float), data.endog.to_numpy(float)
-    ref = poisson_reference(X, y, n_draws=5000)
-    assert ref.ess > 3500
     reg = SGBayesPoissonRegressor(random_state=0).fit(X, y)
+    ref = poisson_reference(X, y, alpha=reg.alpha_, n_draws=5000)
+    assert ref.ess > 3500
     assert reg.diagnostics_["batch_size"] == 200 and reg.diagnostics_["gradient"] == "control_variate"
     _assert_exact(reg, ref)

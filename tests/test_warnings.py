@@ -33,7 +33,11 @@ def test_one_warning_when_several_checks_fail(cancer):
     # temperature, R-hat and ESS checks all fail, and the user gets one warning whose first
     # sentence is the cause (the temperature), attributed to the caller's line.
     X, y = cancer
-    caught = _fit_recording(SGBayesLogisticRegression(sampler=SGHMC(step_size=0.1), n_iter=400, random_state=0), X, y)
+    # alpha=1.0: the prior per unit of the raw features (alpha="auto" would put precisions up to
+    # 1e5 on them, and a hand-set step this large would diverge on the prior's force alone).
+    caught = _fit_recording(
+        SGBayesLogisticRegression(sampler=SGHMC(step_size=0.1), alpha=1.0, n_iter=400, random_state=0), X, y
+    )
     assert len(caught) == 1, [str(w.message) for w in caught]
     w = caught[0]
     assert issubclass(w.category, GradientNoiseWarning) and issubclass(w.category, ConvergenceWarning)
@@ -61,11 +65,15 @@ def test_unscaled_features_are_named_as_the_cause_only_without_whitening(cancer)
     # badly: say standardise. Whitened, the chains are scale-free and the advice would be
     # wrong.
     X, y = cancer
-    raw = _fit_recording(SGBayesLogisticRegression(sampler=SGLD(step_size=0.01), n_iter=400, random_state=0), X, y)
+    raw = _fit_recording(
+        SGBayesLogisticRegression(sampler=SGLD(step_size=0.01), alpha=1.0, n_iter=400, random_state=0), X, y
+    )
     assert len(raw) == 1 and issubclass(raw[0].category, ConvergenceWarning)
     assert re.search(r"scales differ by a factor of [\d.e+]+: standardise", str(raw[0].message))
     whitened = _fit_recording(
-        SGBayesLogisticRegression(sampler=SGLD(step_size=1e-4, preconditioner="dense"), n_iter=400, random_state=0),
+        SGBayesLogisticRegression(
+            sampler=SGLD(step_size=1e-4, preconditioner="dense"), alpha=1.0, n_iter=400, random_state=0
+        ),
         X,
         y,
     )

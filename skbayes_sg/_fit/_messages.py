@@ -22,6 +22,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .. import _stein, diagnostics
 from .._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX
 from ..exceptions import DivergenceError, FitInterruptedWarning, GradientNoiseWarning
+from ..samplers import get_sampler
 
 #: The package's own directory: its frames are internal to a warning's caller.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -210,13 +211,50 @@ def convergence_advice(est, sampler, X):
         # Without the MAP-Hessian whitening the chains run in the features' own units, and
         # features on scales orders of magnitude apart make the posterior too elongated
         # for any one step size.
-        spread = feature_scale_spread(X)
-        if spread > FEATURE_SCALE_SPREAD:
-            advice.append(
-                f"the features' scales differ by a factor of {spread:.3g}: standardise them (for example "
-                "make_pipeline(StandardScaler(), estimator))."
-            )
+        scaling = feature_scaling_advice(est, X)
+        if scaling is not None:
+            advice.append(scaling)
     return advice
+
+
+def feature_scaling_advice(est, X):
+    """The advice to rescale the features when their scales differ by more than
+    :data:`FEATURE_SCALE_SPREAD`, in the estimator's own convention, or None.
+
+    A linear model is advised to standardise (the spread of the columns' standard
+    deviations). An estimator with ``_feature_scaling = "max_abs"`` (the DRBM, whose docs
+    ask for features in ``[-1, 1]``) is judged on the spread of the columns' largest
+    ``|x|`` and advised to scale them to ``[-1, 1]``: pixels that are nearly always 0 have
+    tiny standard deviations, and standardising them would contradict that advice.
+    """
+    if getattr(est, "_feature_scaling", "standardise") == "max_abs":
+        spread = feature_range_spread(X)
+        if spread <= FEATURE_SCALE_SPREAD:
+            return None
+        return (
+            f"the features' largest values differ by a factor of {spread:.3g}: scale them to [-1, 1] (for "
+            "example make_pipeline(MaxAbsScaler(), estimator))."
+        )
+    spread = feature_scale_spread(X)
+    if spread <= FEATURE_SCALE_SPREAD:
+        return None
+    return (
+        f"the features' scales differ by a factor of {spread:.3g}: standardise them (for example "
+        "make_pipeline(StandardScaler(), estimator))."
+    )
+
+
+def feature_range_spread(X):
+    """Ratio of the largest to the smallest non-zero column maximum of ``|X|``."""
+    if sp.issparse(X):
+        size = np.asarray(abs(sp.csr_matrix(X)).max(axis=0).todense()).ravel()
+    else:
+        size = np.zeros(X.shape[1])
+        for start in range(0, X.shape[0], 4096):  # by row blocks: a memmap is never copied whole
+            np.maximum(size, np.abs(np.asarray(X[start : start + 4096], dtype=float)).max(axis=0), out=size)
+    size = size[np.isfinite(size) & (size > 0)]
+    with np.errstate(over="ignore"):
+        return float(size.max() / size.min()) if size.size else 1.0
 
 
 #: :func:`explain_divergence`).
@@ -231,12 +269,18 @@ def explain_divergence(exc, estimator):
     stable across it: a smaller step would not help, a proper prior does.
     """
     alpha = getattr(estimator, "alpha", None)
+    if isinstance(alpha, str):  # "auto": N(0, 1) per sd of each feature, never nearly flat there
+        alpha = None
     hints = []
     if alpha is not None and np.min(alpha) < FLAT_PRIOR_ALPHA:
+        fix = (
+            "alpha='auto' (the default: N(0, 1) per standard deviation of each feature) or a larger alpha"
+            if getattr(estimator, "_auto_alpha", False)
+            else "a larger alpha (default 1.0)"
+        )
         hints.append(
             f"The prior is nearly flat (smallest alpha = {np.min(alpha):.3g}): where the data (nearly) "
-            "separate the classes, the posterior then reaches far beyond its curvature at the mode. Use a "
-            "larger alpha (default 1.0)."
+            f"separate the classes, the posterior then reaches far beyond its curvature at the mode. Use {fix}."
         )
     init_scale = getattr(estimator, "init_scale", None)
     if isinstance(estimator.init, str) and estimator.init == "random" and init_scale is not None and init_scale > 1:
@@ -247,11 +291,31 @@ def explain_divergence(exc, estimator):
             f"The chains started at random weights of scale init_scale={init_scale:g}, far from the "
             "posterior, where the step is too large for the forces: use a smaller init_scale (default 0.1)."
         )
+    hints += standardised_step_hint(estimator)
     if not hints:
         return exc
     return DivergenceError(
         " ".join([exc.args[0], *hints]), sampler=exc.sampler, step_size=exc.step_size, iteration=exc.iteration
     )
+
+
+def standardised_step_hint(estimator):
+    """Say that a hand-set step is in standardised-y units (``normalize_y=True``), or nothing.
+
+    The chains then run on ``(y - y_mean_) / y_scale_``, where the likelihood's curvature is
+    ``y_scale_**2`` times that of the raw targets: a step copied from a paper written for
+    raw ``y`` is too large by about that factor (``y_scale_`` for the momentum samplers).
+    """
+    if not getattr(estimator, "normalize_y", False) or getattr(estimator, "y_scale_", 1.0) == 1.0:
+        return []
+    if isinstance(getattr(get_sampler(estimator.sampler), "step_size", "auto"), str):
+        return []
+    return [
+        f"step_size is in standardised-y units since normalize_y=True: the chains sample (y - y_mean_) / y_scale_ "
+        f"(y_scale_={estimator.y_scale_:.3g}), whose curvature is y_scale_**2 times that of the raw y. To "
+        "reproduce a paper's setting on raw y, use sampler=SGLD(step_size=h, preconditioner='none'), "
+        "gradient='minibatch' and normalize_y=False."
+    ]
 
 
 def feature_scale_spread(X):

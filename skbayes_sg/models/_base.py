@@ -11,6 +11,8 @@ import copy
 import numpy as np
 import scipy.sparse as sp
 
+from ..rows import aligned_state
+
 
 def largest_abs(X):
     """``max |X|`` of a dense, memory-mapped (one pass in row blocks) or sparse matrix."""
@@ -83,6 +85,11 @@ class Model:
     sample_weight = None
     #: Whether the likelihood evaluations of this model apply ``sample_weight``.
     _supports_sample_weight = False
+
+    def __setstate__(self, state):
+        # A model unpickled in a worker (dask packs buffers at any byte) computes with aligned
+        # arrays, as in the caller: the same products, so the same draws wherever chains run.
+        aligned_state(self, state)
 
     def set_sample_weight(self, sample_weight):
         """Weight each row's log likelihood: ``sum_i w_i log p(y_i | x_i, theta)``.

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from ._array import ArrayRows, MemmapRows
 from ._narrow import ByteRows, narrow_copy
 from ._padded import EllRows, PaddedRows
-from ._source import Block, RowSource, memory_mapped, row_block, transpose
+from ._source import Block, RowSource, aligned, aligned_state, memory_mapped, row_block, transpose
 
 #: Elements of the per-row temporaries of one block of a full-data pass: blocks of 2**16
 #: rows (one output) take a few MiB whatever N, where a whole memmapped X took tens of bytes
@@ -64,6 +64,8 @@ def as_row_source(X, y, *, sample_weight=None, offset=None, y_dtype=None, padded
 
 
 __all__ = [
+    "aligned",
+    "aligned_state",
     "BLOCK_ELEMENTS",
     "ArrayRows",
     "Block",

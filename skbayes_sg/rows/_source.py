@@ -52,6 +52,38 @@ def memory_mapped(X):
     return isinstance(X, mmap.mmap)
 
 
+def aligned(value):
+    """``value`` with every ndarray in it that is misaligned for its dtype replaced by an
+    aligned copy (in tuples, lists and the arrays of a scipy sparse matrix too).
+
+    Unpickling can place an array at any byte: dask's serialisation packs several buffers
+    in one frame, and a float64 X after a uint8 y of 569 bytes started at an odd address in
+    a worker. NumPy and BLAS take other code paths for misaligned data (numpy copies it
+    through buffers, BLAS gets another product), whose sums round differently in the last
+    bit from the same product on aligned data in the caller: full-data gradients, and so
+    the draws, then depended on where the chains ran. Aligned arrays are kept as they are
+    (their offset modulo a cache line does not change a product's rounding), and memory
+    maps are never copied.
+    """
+    if isinstance(value, np.ndarray):
+        if value.flags.aligned or memory_mapped(value):
+            return value
+        return np.array(value, copy=True, order="K")
+    if isinstance(value, (tuple, list)):
+        return type(value)(aligned(v) for v in value)
+    if sp.issparse(value):
+        for name in ("data", "indices", "indptr"):
+            if hasattr(value, name):
+                setattr(value, name, aligned(getattr(value, name)))
+    return value
+
+
+def aligned_state(obj, state):
+    """Set ``obj.__dict__`` from a pickled ``state`` with :func:`aligned` arrays (a
+    ``__setstate__``)."""
+    obj.__dict__.update({key: aligned(value) for key, value in state.items()})
+
+
 def row_block(X, rows):
     """Rows ``rows`` (a slice with step 1) of dense or CSR ``X`` as a view, not a copy.
 
@@ -112,6 +144,10 @@ class RowSource:
 
     keeps_row_state = True
     y = sample_weight = offset = y_dtype = None
+
+    def __setstate__(self, state):
+        # Same products, hence same draws, wherever the source is unpickled (see aligned).
+        aligned_state(self, state)
 
     @property
     def n_rows(self):

@@ -12,7 +12,8 @@ diagonal (P,) (``cholesky="diag"``); every product with it is then a matrix-vect
 product, O(P^2), or an elementwise one, O(P).
 
 With ``init_scale="map"`` (the default) the proposal starts from the curvature at the
-MAP (:meth:`GadSampler.fix_initial_factor`) or the chain's start: ``L = L0 M`` with ``L0 L0'
+MAP (:meth:`GadSampler.fix_initial_factor`, which the estimators call whatever the chains'
+start) or, driven by hand without it, at the chain's start: ``L = L0 M`` with ``L0 L0'
 = H^-1`` fixed (``H`` the Hessian of the negative log posterior there) and ``M``, which
 starts at ``c(P) I``, adapted. The speed measure's optimum is the same in any
 parametrisation of ``L`` (``log|L| = log|L0| + log|M|``), so this changes only the

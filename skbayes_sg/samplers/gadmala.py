@@ -39,8 +39,8 @@ class GadMALA(GadSampler):
     gradient and ``L' grad log pi(x)`` of the current state are cached.
 
     By default (``init_scale="map"``) the proposal starts from the curvature at the MAP
-    under the estimators' ``init="map"`` (:meth:`fix_initial_factor`; at the chain's start
-    otherwise): ``L = c(P) L0`` with ``L0 L0' = H^-1``, the MALA proposal that accepts
+    (:meth:`fix_initial_factor`, which the estimators call with the MAP wherever the chains
+    start, but for the DRBM's random starts): ``L = c(P) L0`` with ``L0 L0' = H^-1``, the MALA proposal that accepts
     ``target_accept`` on the Laplace approximation, and the adaptation refines ``M`` in ``L = L0 M`` (see
     :class:`~._gad_common.GadSampler`). The proposal is then right in scale and correlation
     from the first iteration, whatever the units of the features; the estimators start the
@@ -100,10 +100,13 @@ class GadMALA(GadSampler):
     call it yourself before collecting draws.
 
     ``init_scale="map"`` takes the curvature at the point given to
-    :meth:`fix_initial_factor`, the MAP under the estimators' ``init="map"`` (the default),
-    and where the chain starts otherwise: from ``init="zeros"`` or a given start that is
-    the curvature there, which the adaptation can correct only by some 10% per 1,000
-    iterations at the default ``learning_rate``.
+    :meth:`fix_initial_factor`: the estimators give the MAP under ``init="map"`` (the
+    default), ``"zeros"`` and given starts alike, so that the proposal does not depend on
+    where a chain starts. Driven by hand without it, the curvature is taken at each chain's
+    start, which the adaptation can correct only by some 10% per 1,000 iterations at the
+    default ``learning_rate``: on australian credit (standardised) chains from zeros with
+    the curvature there reached a min bulk ESS of 234 in 20,000 kept iterations, against
+    3,885 with the MAP's (issue 30).
 
     References
     ----------
