@@ -5,6 +5,7 @@ from sklearn.utils._param_validation import StrOptions
 
 from ..preconditioning import PRECONDITIONERS
 from ._base import AUTO, OPEN_UNIT_INTERVAL, POSITIVE, POSITIVE_INT, ThermostatSampler
+from ._batched import ou_exact_rows, row_dots
 from ._expmv import DEFAULT_TOL, NoiseCovariance, c_step
 from ._state import MCCAdLState, ThermostatInfo
 from ._substeps import drift, kick, ou_exact, thermostat
@@ -302,6 +303,36 @@ class MCCAdL(ThermostatSampler):
         if source == "lagged":
             return state.grads if state.grads_prev is None else state.grads_prev
         return state.grads
+
+    _batch_fields = ("theta", "p", "xi", "force", "n_steps")
+
+    def batched(self, grads):
+        # With full-data gradients the C step is the identity (noise_scale = 0, see step);
+        # minibatch chains need their own per-example gradients for it.
+        return grads.noise_scale == 0.0
+
+    def step_batch(self, chains, grads, rngs):
+        h, A, T = chains.step_size, self.friction, self.temperature
+        half = 0.5 * h
+        theta, p, noise = chains.theta, chains.p, chains.noise
+        P = p.shape[1]
+        mu = self._mu(P)
+        p += half * chains.force
+        theta += half * p
+        ou_exact_rows(p, chains.xi, A * T, half, rngs, noise)
+        kinetic = row_dots(p)
+        xi = chains.xi + half * (kinetic - P * T) / mu
+        # C(h): the identity, noise_scale being 0 (batched).
+        pp = row_dots(p)
+        kinetic += pp
+        xi = xi + half * (pp - P * T) / mu
+        ou_exact_rows(p, xi, A * T, half, rngs, noise)
+        theta += half * p
+        grads.forces(theta, rngs, chains.force)
+        p += half * chains.force
+        chains.xi = xi
+        chains.n_steps += 1
+        return np.stack([xi, 0.5 * kinetic / P], axis=1)
 
     def step(self, state, grad_estimator, rng):
         h, A, T = state.step_size, self.friction, self.temperature

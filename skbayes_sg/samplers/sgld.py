@@ -1,9 +1,13 @@
 """Stochastic gradient Langevin dynamics (Welling & Teh 2011) at a fixed step size."""
 
+import math
+
+import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
 from ..preconditioning import PRECONDITIONERS
 from ._base import AUTO, POSITIVE, BaseSampler
+from ._batched import normals
 from ._state import NoInfo
 from ._substeps import langevin_step
 
@@ -69,6 +73,17 @@ class SGLD(BaseSampler):
         self.preconditioner = preconditioner
         self.step_size = step_size
         self.temperature = temperature
+
+    _batch_fields = ("theta",)
+
+    def step_batch(self, chains, grads, rngs):
+        h = chains.step_size
+        force = grads.forces(chains.theta, rngs, chains.noise)
+        noise = normals(rngs, np.empty_like(force))
+        noise *= math.sqrt(2.0 * h * self.temperature)
+        noise += h * force
+        chains.theta += noise
+        return np.empty((len(rngs), 0))
 
     def step(self, state, grad_estimator, rng):
         h = state.step_size
