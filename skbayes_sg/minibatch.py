@@ -529,14 +529,17 @@ class ChainsGradient:
         self.full = all(e.full for e in estimators)
         self._fused = fused_force(self.model) if self.full else None
 
-    def forces(self, thetas, rngs, out):
+    def forces(self, thetas, rngs, out, per_example=False):
         """The forces at the rows of ``thetas`` (C, P), chain ``c`` drawing from ``rngs[c]``, into
-        ``out`` (C, P); counts each chain's gradient evaluations."""
-        if self._fused is not None:
+        ``out`` (C, P); counts each chain's gradient evaluations. ``per_example``: also return
+        each chain's per-example gradients (a list; None otherwise)."""
+        if self._fused is not None and not per_example:
             self._fused(thetas, out)
             for e in self.estimators:
                 e.n_grad_evals += e.n_samples
-            return out
+            return None
+        operators = []
         for c, e in enumerate(self.estimators):
-            out[c] = e.gradient(thetas[c], rngs[c])[0]
-        return out
+            out[c], g = e.gradient(thetas[c], rngs[c])
+            operators.append(g)
+        return operators if per_example else None

@@ -109,12 +109,23 @@ def test_batched_full_data_chains_match_each_chain_alone(cancer, sampler):
     np.testing.assert_allclose(stats, alone_stats, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("sampler", SAMPLERS[1:], ids=lambda s: type(s).__name__)
-def test_batched_minibatch_chains_are_bit_identical_to_each_chain_alone(cancer, sampler):
-    # Minibatches: each chain's force comes from its own estimator, as alone.
+MINIBATCH_SAMPLERS = SAMPLERS + [
+    MCCAdL(step_size=0.2, sigma_estimate="lagged"),
+    MCCAdL(step_size=0.05, sigma_estimate="independent", sigma_refresh=8),
+]
+
+
+@pytest.mark.parametrize("control_variate", [True, False], ids=["cv", "plain"])
+@pytest.mark.parametrize("sampler", MINIBATCH_SAMPLERS, ids=lambda s: repr(s))
+def test_batched_minibatch_chains_are_bit_identical_to_each_chain_alone(cancer, sampler, control_variate):
+    # Minibatches: each chain's force comes from its own estimator, and mCCAdL's C step from
+    # its own minibatch, as alone.
     model = _whitened(LogisticModel(*cancer, alpha=1.0))
     centre = np.zeros(model.n_params)
-    gradient = GradientSpec(batch_size=64, centre=centre, g_hat=model.log_likelihood_and_grad(centre)[1])
+    if control_variate:
+        gradient = GradientSpec(batch_size=64, centre=centre, g_hat=model.log_likelihood_and_grad(centre)[1])
+    else:
+        gradient = GradientSpec(batch_size=64)
     draws, stats = _run(sampler, model, gradient, batched=True)
     alone, alone_stats = _run(sampler, model, gradient, batched=False)
     np.testing.assert_array_equal(draws, alone)

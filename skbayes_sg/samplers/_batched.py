@@ -21,12 +21,14 @@ class ChainsState:
     ----------
     step_size : float
         Shared by the chains.
+    states : list of SamplerState
+        The chains' own states, for what a kernel keeps per chain outside ``fields``.
     noise : ndarray of shape (C, P)
         Work array of the chains' normals.
     """
 
     def __init__(self, states, fields):
-        self.fields = fields
+        self.fields, self.states = fields, states
         self.step_size = states[0].step_size
         for name in fields:
             setattr(self, name, np.array([getattr(s, name) for s in states], dtype=float))

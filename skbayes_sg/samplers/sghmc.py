@@ -91,7 +91,8 @@ class SGHMC(MomentumSampler):
         h, A, T = chains.step_size, self.friction, self.temperature
         theta, p = chains.theta, chains.p
         theta += h * p
-        force = grads.forces(theta, rngs, np.empty_like(theta))
+        force = np.empty_like(theta)
+        grads.forces(theta, rngs, force)
         ou_euler_rows(p, A, A * T, h, rngs, chains.noise)
         p += h * force
         return (row_dots(p) / p.shape[1])[:, None]

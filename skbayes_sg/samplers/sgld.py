@@ -78,7 +78,8 @@ class SGLD(BaseSampler):
 
     def step_batch(self, chains, grads, rngs):
         h = chains.step_size
-        force = grads.forces(chains.theta, rngs, chains.noise)
+        force = chains.noise
+        grads.forces(chains.theta, rngs, force)
         noise = normals(rngs, np.empty_like(force))
         noise *= math.sqrt(2.0 * h * self.temperature)
         noise += h * force

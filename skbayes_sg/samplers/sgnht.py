@@ -87,7 +87,8 @@ class SGNHT(ThermostatSampler):
         h, A, T = chains.step_size, self.friction, self.temperature
         theta, p = chains.theta, chains.p
         theta += h * p
-        force = grads.forces(theta, rngs, np.empty_like(theta))
+        force = np.empty_like(theta)
+        grads.forces(theta, rngs, force)
         ou_euler_rows(p, chains.xi, A * T, h, rngs, chains.noise)
         p += h * force
         pp = row_dots(p)
