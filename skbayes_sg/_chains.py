@@ -50,6 +50,8 @@ _MAX_ROUND_GROWTH = 4
 #: nothing for it (``_POOLS_STARTED``).
 PROCESS_START_SECONDS = 1.5
 _POOLS_STARTED = set()
+#: Iterations whose normals a batched group draws at once (full data; see ChainsState.predraw).
+_PREDRAW = 256
 #: What running on a pool already started costs (shipping the chains each round, idle workers
 #: that joblib has stopped meanwhile), in seconds.
 _POOL_REUSE_SECONDS = 0.25
@@ -390,9 +392,14 @@ def _advance_batched(runners, sampler, grads, n_steps):
     t_done, k = r0.t, r0.k
     for r in runners:
         r.busy = True
+    per_step = 0 if grads.uses_generators else sampler._normals_per_step
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             for t in range(r0.t, stop):
+                if per_step and (t - r0.t) % _PREDRAW == 0:
+                    # The noise of the next iterations in one draw per chain: the same numbers,
+                    # and never more than the round uses, so the generators end where they would.
+                    chains.predraw(rngs, per_step * min(_PREDRAW, stop - t))
                 info = sampler.step_batch(chains, grads, rngs)
                 t_done = t + 1
                 if t + 1 == n_adapt:

@@ -528,6 +528,8 @@ class ChainsGradient:
         self.noise_scale = first.noise_scale
         self.full = all(e.full for e in estimators)
         self._fused = fused_force(self.model) if self.full else None
+        #: Whether the forces draw from the chains' generators (minibatches, or any estimator's).
+        self.uses_generators = self._fused is None
 
     def forces(self, thetas, rngs, out, per_example=False):
         """The forces at the rows of ``thetas`` (C, P), chain ``c`` drawing from ``rngs[c]``, into

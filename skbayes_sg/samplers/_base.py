@@ -225,6 +225,9 @@ class BaseSampler(BaseEstimator):
     #: The state fields :meth:`step_batch` advances, stacked over the chains; None: the sampler
     #: has no batched kernel and its chains advance one at a time.
     _batch_fields = None
+    #: Normal vectors :meth:`step_batch` draws per chain and iteration, its only use of the
+    #: chains' generators besides the gradients' (0: unknown; no normals are drawn ahead).
+    _normals_per_step = 0
 
     def batched(self, grads):
         """Whether :meth:`step_batch` can advance chains whose gradients are ``grads`` (a

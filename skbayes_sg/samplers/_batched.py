@@ -33,6 +33,26 @@ class ChainsState:
         for name in fields:
             setattr(self, name, np.array([getattr(s, name) for s in states], dtype=float))
         self.noise = np.empty_like(self.theta)
+        self._block, self._next = None, 0
+
+    def predraw(self, rngs, n):
+        """Draw each chain's next ``n`` normal vectors now, in one call per chain (the same
+        numbers, in the same order, as ``n`` draws of one vector): for kernels whose gradients
+        draw nothing from the chains' generators (full data), whose every draw is a normal."""
+        C, P = self.theta.shape
+        block = np.empty((n, C, P))
+        for c, rng in enumerate(rngs):
+            block[:, c] = rng.standard_normal((n, P))
+        self._block, self._next = block, 0
+
+    def normals(self, rngs, out):
+        """Fill row ``c`` of ``out`` with the next standard normals of chain ``c``; return ``out``."""
+        block = self._block
+        if block is not None and self._next < block.shape[0]:
+            out[...] = block[self._next]
+            self._next += 1
+            return out
+        return normals(rngs, out)
 
     def write_back(self, states):
         """Copy each chain's row of the fields back into its own state."""
@@ -63,8 +83,9 @@ def row_dots(p):
     return np.array([float(row @ row) for row in p])
 
 
-def ou_exact_rows(p, friction, diffusion, delta, rngs, noise):
-    """:func:`~._substeps.ou_exact` on every row of ``p``, row ``c`` with ``friction[c]``."""
+def ou_exact_rows(p, friction, diffusion, delta, chains, rngs):
+    """:func:`~._substeps.ou_exact` on every row of ``p``, row ``c`` with ``friction[c]``, the
+    normals from ``chains`` (:meth:`ChainsState.normals`)."""
     decay, scale = np.empty(len(p)), np.empty(len(p))
     for c, f in enumerate(friction):
         f = float(f)
@@ -76,17 +97,17 @@ def ou_exact_rows(p, friction, diffusion, delta, rngs, noise):
             scale[c] = math.sqrt(diffusion * -math.expm1(-2.0 * f * delta) / f)
         except OverflowError:
             decay[c] = scale[c] = math.inf
-    normals(rngs, noise)
+    noise = chains.normals(rngs, chains.noise)
     p *= decay[:, None]
     noise *= scale[:, None]
     p += noise
     return p
 
 
-def ou_euler_rows(p, friction, diffusion, delta, rngs, noise):
+def ou_euler_rows(p, friction, diffusion, delta, chains, rngs):
     """:func:`~._substeps.ou_euler` on every row of ``p`` with a scalar ``diffusion``; ``friction``
-    a scalar or one per row."""
-    normals(rngs, noise)
+    a scalar or one per row; the normals from ``chains`` (:meth:`ChainsState.normals`)."""
+    noise = chains.normals(rngs, chains.noise)
     if np.ndim(friction):
         p *= (1.0 - delta * friction)[:, None]
     else:

@@ -304,18 +304,19 @@ class MCCAdL(ThermostatSampler):
             return state.grads if state.grads_prev is None else state.grads_prev
         return state.grads
 
+    _normals_per_step = 2
     # n_steps stays in each chain's state: the C step's bookkeeping reads it.
     _batch_fields = ("theta", "p", "xi", "force")
 
     def step_batch(self, chains, grads, rngs):
         h, A, T = chains.step_size, self.friction, self.temperature
         half = 0.5 * h
-        theta, p, noise = chains.theta, chains.p, chains.noise
+        theta, p = chains.theta, chains.p
         P = p.shape[1]
         mu = self._mu(P)
         p += half * chains.force
         theta += half * p
-        ou_exact_rows(p, chains.xi, A * T, half, rngs, noise)
+        ou_exact_rows(p, chains.xi, A * T, half, chains, rngs)
         kinetic = row_dots(p)
         xi = chains.xi + half * (kinetic - P * T) / mu
         if grads.noise_scale > 0.0:
@@ -326,7 +327,7 @@ class MCCAdL(ThermostatSampler):
         pp = row_dots(p)
         kinetic += pp
         xi = xi + half * (pp - P * T) / mu
-        ou_exact_rows(p, xi, A * T, half, rngs, noise)
+        ou_exact_rows(p, xi, A * T, half, chains, rngs)
         theta += half * p
         per_example = grads.forces(theta, rngs, chains.force, per_example=grads.noise_scale > 0.0)
         if per_example is not None:

@@ -81,6 +81,7 @@ class SGHMC(MomentumSampler):
         self.noise_estimate = noise_estimate
         self.temperature = temperature
 
+    _normals_per_step = 1
     _batch_fields = ("theta", "p")
 
     def batched(self, grads):
@@ -93,7 +94,7 @@ class SGHMC(MomentumSampler):
         theta += h * p
         force = np.empty_like(theta)
         grads.forces(theta, rngs, force)
-        ou_euler_rows(p, A, A * T, h, rngs, chains.noise)
+        ou_euler_rows(p, A, A * T, h, chains, rngs)
         p += h * force
         return (row_dots(p) / p.shape[1])[:, None]
 

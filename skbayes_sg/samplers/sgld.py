@@ -7,7 +7,6 @@ from sklearn.utils._param_validation import StrOptions
 
 from ..preconditioning import PRECONDITIONERS
 from ._base import AUTO, POSITIVE, BaseSampler
-from ._batched import normals
 from ._state import NoInfo
 from ._substeps import langevin_step
 
@@ -74,13 +73,14 @@ class SGLD(BaseSampler):
         self.step_size = step_size
         self.temperature = temperature
 
+    _normals_per_step = 1
     _batch_fields = ("theta",)
 
     def step_batch(self, chains, grads, rngs):
         h = chains.step_size
         force = chains.noise
         grads.forces(chains.theta, rngs, force)
-        noise = normals(rngs, np.empty_like(force))
+        noise = chains.normals(rngs, np.empty_like(force))
         noise *= math.sqrt(2.0 * h * self.temperature)
         noise += h * force
         chains.theta += noise

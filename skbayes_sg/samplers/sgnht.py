@@ -81,6 +81,7 @@ class SGNHT(ThermostatSampler):
         self.thermal_mass = thermal_mass
         self.temperature = temperature
 
+    _normals_per_step = 1
     _batch_fields = ("theta", "p", "xi")
 
     def step_batch(self, chains, grads, rngs):
@@ -89,7 +90,7 @@ class SGNHT(ThermostatSampler):
         theta += h * p
         force = np.empty_like(theta)
         grads.forces(theta, rngs, force)
-        ou_euler_rows(p, chains.xi, A * T, h, rngs, chains.noise)
+        ou_euler_rows(p, chains.xi, A * T, h, chains, rngs)
         p += h * force
         pp = row_dots(p)
         chains.xi = chains.xi + h * (pp - p.shape[1] * T) / self._mu(p.shape[1])
