@@ -13,7 +13,7 @@ from skbayes_sg._chains import ChainSpec, _advance, start_chains
 from skbayes_sg.minibatch import GradientSpec
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, PoissonModel, WhitenedModel
 from skbayes_sg.models._fused import fused_force
-from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, MCCAdL
+from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, MCCAdL
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,14 @@ def _alone(runner, model):
     runner.advance()
 
 
-SAMPLERS = [MCCAdL(step_size=0.2), SGHMC(step_size=0.2), SGLD(step_size=0.02), SGNHT(step_size=0.2)]
+SAMPLERS = [
+    MCCAdL(step_size=0.2),
+    SGHMC(step_size=0.2),
+    SGLD(step_size=0.02),
+    SGNHT(step_size=0.2),
+    CCAdL(step_size=0.1),
+    CCAdL(step_size=0.1, covariance="full"),
+]
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS, ids=lambda s: type(s).__name__)
