@@ -80,7 +80,10 @@ def fused_force(model):
     """The :class:`FusedForce` of ``model`` (a GLM or a whitened GLM), or None where it does not
     apply: several outputs or extra parameters, rows not held as an array, or an ``A`` above
     :data:`MAX_BYTES`. Built once per model object."""
-    hit = _CACHE.get(model)
+    try:
+        hit = _CACHE.get(model)
+    except TypeError:  # a model that cannot be weakly referenced or hashed: not cached
+        return _build(model)
     if hit is None:
         hit = _CACHE[model] = (_build(model),)
     return hit[0]

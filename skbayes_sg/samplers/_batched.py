@@ -65,6 +65,8 @@ class ChainsState:
     def is_finite(self):
         """Per chain: whether its fields are all finite, shape (C,)."""
         ok = np.ones(self.theta.shape[0], dtype=bool)
+        if all(np.isfinite(getattr(self, name)).all() for name in self.fields):
+            return ok
         for name in self.fields:
             a = getattr(self, name)
             ok &= np.isfinite(a).reshape(a.shape[0], -1).all(axis=1)
