@@ -5,7 +5,8 @@
 - ``a9a``: ``SGBayesLogisticRegression(n_jobs=...)`` against ``LogisticRegression()`` on a9a's
   training split (32,561 x 123; ``shared/data/a9a.npz``).
 
-Every measurement is a fresh process (so a fit pays what a user's first fit pays: worker
+Both fits use ``random_state=0`` (the same work every run). Every measurement is a fresh
+process (so a fit pays what a user's first fit pays: worker
 processes, caches), timing ``fit`` alone with ``time.perf_counter``; the two libraries alternate
 within each repeat and so do the source trees given with ``--trees`` (an interleaved A/B on a
 shared machine). Prints one JSON object: per tree and case, the median seconds of each library,
@@ -14,7 +15,7 @@ their ratio, and every run.
 Usage::
 
     python benchmarks/fit_vs_sklearn.py [--repeats 5] [--n-jobs 2] [--cases breast_cancer a9a]
-                                        [--trees /path/to/tree_a /path/to/tree_b]
+                                        [--blas-threads 1] [--trees /path/to/tree_a /path/to/tree_b]
 """
 
 import argparse
@@ -39,12 +40,12 @@ from skbayes_sg import SGBayesLogisticRegression
 if case == "breast_cancer":
     from sklearn.datasets import load_breast_cancer
     X, y = load_breast_cancer(return_X_y=True)
-    est = (make_pipeline(StandardScaler(), SGBayesLogisticRegression(n_jobs=n_jobs)) if lib == "skbayes_sg"
-           else make_pipeline(StandardScaler(), LogisticRegression()))
+    sg = SGBayesLogisticRegression(n_jobs=n_jobs, random_state=0)
+    est = make_pipeline(StandardScaler(), sg if lib == "skbayes_sg" else LogisticRegression())
 else:
     d = np.load(a9a)
     X, y = d["X_train"], d["y_train"]
-    est = SGBayesLogisticRegression(n_jobs=n_jobs) if lib == "skbayes_sg" else LogisticRegression()
+    est = SGBayesLogisticRegression(n_jobs=n_jobs, random_state=0) if lib == "skbayes_sg" else LogisticRegression()
 tic = time.perf_counter()
 est.fit(X, y)
 seconds = time.perf_counter() - tic
@@ -57,11 +58,14 @@ print(json.dumps(out))
 """
 
 
-def _run(tree, case, lib, n_jobs):
+def _run(tree, case, lib, n_jobs, blas_threads=None):
     env = dict(os.environ, PYTHONPATH=str(tree))
+    if blas_threads:
+        env.update({k: str(blas_threads) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
     out = subprocess.run(
         [sys.executable, "-c", CHILD, case, lib, str(n_jobs), str(A9A)],
         env=env,
+        cwd=str(tree),  # ``python -c`` puts the working directory first on sys.path
         capture_output=True,
         text=True,
         check=True,
@@ -74,6 +78,12 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--n-jobs", type=int, default=2)
     p.add_argument("--cases", nargs="+", default=["breast_cancer", "a9a"], choices=["breast_cancer", "a9a"])
+    p.add_argument(
+        "--blas-threads",
+        type=int,
+        default=None,
+        help="BLAS threads of every run (default: the libraries' own; skbayes_sg fits on one)",
+    )
     p.add_argument("--trees", nargs="+", default=[str(ROOT)], help="source trees to compare (PYTHONPATH of each run)")
     args = p.parse_args(argv)
     runs = {tree: {case: {"skbayes_sg": [], "sklearn": []} for case in args.cases} for tree in args.trees}
@@ -81,8 +91,8 @@ def main(argv=None):
         for case in args.cases:
             for tree in args.trees:
                 for lib in ("skbayes_sg", "sklearn"):
-                    runs[tree][case][lib].append(_run(tree, case, lib, args.n_jobs))
-    report = {"n_jobs": args.n_jobs, "repeats": args.repeats, "results": {}}
+                    runs[tree][case][lib].append(_run(tree, case, lib, args.n_jobs, args.blas_threads))
+    report = {"n_jobs": args.n_jobs, "repeats": args.repeats, "blas_threads": args.blas_threads, "results": {}}
     for tree in args.trees:
         for case in args.cases:
             r = runs[tree][case]
