@@ -7,7 +7,7 @@ one ``SeedSequence``, so the draws are bit-identical whatever ``n_jobs`` is.
 
 import pickle
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -21,7 +21,7 @@ except ImportError:  # older joblib vendors it
 
 from ._progress import progress_bar
 from .exceptions import DivergenceError
-from .minibatch import GradientSpec
+from .minibatch import ChainsGradient, GradientSpec
 from .samplers._step_size import FitContext
 
 # How often (in iterations) a chain is checked for non-finite values between stored
@@ -44,6 +44,17 @@ ROUND_OVERHEAD = 0.02
 #: round; a round is at most ``_MAX_ROUND_GROWTH`` times the one before it.
 _FIRST_ROUND = 64
 _MAX_ROUND_GROWTH = 4
+#: What starting a pool of worker processes costs, in seconds (loky on a busy 2-core machine:
+#: 1-3 s). Chains whose remaining work in this process is short run here (see
+#: :func:`advance_chains`); a pool once started is reused by joblib, so its later runs count
+#: nothing for it (``_POOLS_STARTED``).
+PROCESS_START_SECONDS = 1.5
+_POOLS_STARTED = set()
+#: Iterations whose normals a batched group draws at once (full data; see ChainsState.predraw).
+_PREDRAW = 256
+#: What running on a pool already started costs (shipping the chains each round, idle workers
+#: that joblib has stopped meanwhile), in seconds.
+_POOL_REUSE_SECONDS = 0.25
 
 
 class ChainsInterrupted(KeyboardInterrupt):
@@ -339,6 +350,93 @@ class ChainRunner:
         )
 
 
+def _aligned(runners):
+    """Whether the runners share their schedule and position in it (a fit's chains do)."""
+    keys = {(r.t, r.n_iter, r.n_burn, r.n_adapt, r.eff_thin, r.k, r.k0, r.n_draws, r.t0) for r in runners}
+    return len(keys) == 1 and len({r.state.step_size for r in runners}) == 1
+
+
+def advance_group(runners, n_steps=None):
+    """Advance a group of chains by up to ``n_steps`` iterations; return them.
+
+    Chains whose sampler has a batched kernel for their gradients
+    (:meth:`~.samplers.BaseSampler.batched`) advance together, their states stacked as (C, P)
+    arrays (:mod:`skbayes_sg.samplers._batched`); the others one after the other
+    (:meth:`ChainRunner.advance`). Either way each chain's draws are the same whatever
+    chains share its group.
+    """
+    sampler = runners[0].sampler
+    fields = sampler._batch_fields
+    if (
+        fields is not None
+        and _aligned(runners)
+        and all(getattr(r.state, name, None) is not None for r in runners for name in fields)
+    ):
+        grads = ChainsGradient([r.grad_estimator for r in runners])
+        if sampler.batched(grads):
+            return _advance_batched(runners, sampler, grads, n_steps)
+    for r in runners:
+        r.advance(n_steps)
+    return runners
+
+
+def _advance_batched(runners, sampler, grads, n_steps):
+    """:func:`advance_group` of chains with a batched kernel (:meth:`ChainRunner.advance`, for
+    every chain at once)."""
+    r0 = runners[0]
+    stop = r0.n_iter if n_steps is None else min(r0.n_iter, r0.t + n_steps)
+    first_kept, eff_thin, n_draws, k0, n_adapt = r0._first_kept(), r0.eff_thin, r0.n_draws, r0.k0, r0.n_adapt
+    states, rngs = [r.state for r in runners], [r.rng for r in runners]
+    to_theta = getattr(grads.model, "to_theta", None)
+    chains = sampler.stack_states(states)
+    t_done, k = r0.t, r0.k
+    for r in runners:
+        r.busy = True
+    per_step = 0 if grads.uses_generators else sampler._normals_per_step
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            for t in range(r0.t, stop):
+                if per_step and (t - r0.t) % _PREDRAW == 0:
+                    # The noise of the next iterations in one draw per chain: the same numbers,
+                    # and never more than the round uses, so the generators end where they would.
+                    chains.predraw(rngs, per_step * min(_PREDRAW, stop - t))
+                info = sampler.step_batch(chains, grads, rngs)
+                t_done = t + 1
+                if t + 1 == n_adapt:
+                    for s in states:
+                        sampler.end_adaptation(s)
+                if t % _CHECK_EVERY == 0:
+                    _check_chains(chains, sampler, t)
+                if t >= first_kept and (t - first_kept) % eff_thin == 0 and k < n_draws:
+                    for c, r in enumerate(runners):
+                        theta = chains.theta[c]
+                        r.draws[k - k0] = theta if to_theta is None else to_theta(theta)
+                        r.stats[k - k0] = info[c]
+                    k += 1
+        _check_chains(chains, sampler, stop - 1)
+    finally:
+        # Also after an interrupt (the chains then stay busy: stopped part-way through an
+        # iteration) or a divergence: every chain as far as it got.
+        chains.write_back(states)
+        for r in runners:
+            r.t, r.k = t_done, k
+    for r in runners:
+        r.busy = False
+    return runners
+
+
+def _check_chains(chains, sampler, t):
+    finite = chains.is_finite()
+    if not finite.all():
+        chain = int(np.flatnonzero(~finite)[0])
+        raise divergence_error(
+            type(sampler).__name__,
+            chains.step_size,
+            f"chain {chain}'s state became non-finite by iteration {t + 1}",
+            iteration=t + 1,
+        )
+
+
 def _generator(state):
     """A ``numpy.random.Generator`` in the given ``bit_generator.state``."""
     rng = np.random.Generator(getattr(np.random, state["bit_generator"])())
@@ -415,11 +513,21 @@ def call_with_model(worker, model, method, *args):
         worker.grad_estimator.model = None
 
 
-def _advance(runner, model, n_steps):
+def _advance(runners, model, n_steps):
+    """One task: a group of chains advanced by ``n_steps`` (:func:`advance_group`) with the model attached."""
     tic = time.perf_counter()
-    call_with_model(runner, model, "advance", n_steps)
-    runner.compute_seconds = time.perf_counter() - tic
-    return runner
+    for r in runners:
+        r.grad_estimator.model = model
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            advance_group(runners, n_steps)
+    finally:
+        for r in runners:
+            r.grad_estimator.model = None
+    seconds = (time.perf_counter() - tic) / len(runners)
+    for r in runners:
+        r.compute_seconds = seconds
+    return runners
 
 
 def start_chains(spec, starts, seeds, progress=None):
@@ -456,8 +564,28 @@ def run_tasks(parallel, worker, model, method, arglists):
     return parallel(delayed(call_with_model)(worker, model, method, *args) for args in arglists)
 
 
+def _groups(n_chains, n_groups):
+    """Contiguous groups of chain indices, as even as can be."""
+    bounds = np.linspace(0, n_chains, n_groups + 1).round().astype(int)
+    return [range(bounds[i], bounds[i + 1]) for i in range(n_groups)]
+
+
+def _go_parallel(n_jobs, workers, seconds_left):
+    """Whether the chains' remaining ``seconds_left`` of work (in this process) is worth sharing
+    among ``workers`` processes: what they save must exceed the cost of starting them."""
+    start = min(_POOL_REUSE_SECONDS, PROCESS_START_SECONDS) if n_jobs in _POOLS_STARTED else PROCESS_START_SECONDS
+    return workers > 1 and seconds_left * (1.0 - 1.0 / workers) > start
+
+
 def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
-    """Advance every runner to its ``n_iter`` in parallel with joblib; runners in chain order.
+    """Advance every runner to its ``n_iter``; runners in chain order.
+
+    The chains advance in groups (:func:`advance_group`: stacked, one batched step for the
+    group, when the sampler has a batched kernel), one group per joblib task. The first round
+    runs in this process as one group; from its speed, the rest too unless sharing it among
+    ``n_jobs`` processes saves more than starting them costs (:data:`PROCESS_START_SECONDS`):
+    a short fit on small data never pays for a process pool. The draws are the same either
+    way (each chain's randomness is its own, and a group's arithmetic is row by row).
 
     The chains advance in rounds of about ``round_seconds`` (default
     :data:`ROUND_SECONDS`; ``inf``: one round, 0: rounds of 64 iterations) of wall time,
@@ -473,7 +601,6 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     overheads = list(getattr(runners[0], "round_overheads", ()))
     workers = min(len(runners), max(1, effective_n_jobs(n_jobs)))
     remaining = max(r.n_iter - r.t for r in runners)
-    first_round = True
     if remaining <= 0:
         return runners
     # round_seconds=inf: one round; 0: rounds of _FIRST_ROUND iterations (for tests and
@@ -484,22 +611,34 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
         chunk = min(remaining, getattr(runners[0], "round_hint", _FIRST_ROUND))
     cap = max(1, -(-remaining // 20)) if verbose else remaining
     desc = f"{type(runners[0].sampler).__name__}, {len(runners)} chains"
+    parallel, first_round = None, True
     try:
-        with parallel_rounds(n_jobs, verbose, sum(r.n_iter - r.t for r in runners), desc) as (parallel, bar):
+        with ExitStack() as stack:
+            if workers > 1 and PROCESS_START_SECONDS <= 0:
+                # Workers that cost nothing to start: no first round here to decide.
+                parallel = stack.enter_context(Parallel(n_jobs=n_jobs))
+            bar = stack.enter_context(progress_bar(sum(r.n_iter - r.t for r in runners), desc)) if verbose else None
             while not all(r.done for r in runners):
                 step = max(1, min(chunk, cap))
                 before = sum(r.t for r in runners)
                 tic = time.perf_counter()
-                runners = _round(parallel, runners, model, step)
+                runners = _round(parallel, runners, model, step, workers if parallel else 1)
                 elapsed = time.perf_counter() - tic
                 if verbose:
                     bar.update(sum(r.t for r in runners) - before)
+                if parallel is None and not all(r.done for r in runners):
+                    left = max(r.n_iter - r.t for r in runners) * elapsed / step
+                    if _go_parallel(n_jobs, workers, left):
+                        parallel = stack.enter_context(Parallel(n_jobs=n_jobs))
+                        _POOLS_STARTED.add(n_jobs)
+                        first_round = True  # the next round's time includes starting the workers
+                        continue
                 if first_round:
-                    # Its time can include starting the worker processes.
                     first_round = False
                 else:
                     # The round's cost beyond the chains' own work, spread over the workers.
-                    overheads.append(max(0.0, elapsed - sum(r.compute_seconds for r in runners) / workers))
+                    n = workers if parallel else 1
+                    overheads.append(max(0.0, elapsed - sum(r.compute_seconds for r in runners) / n))
                 if adaptive:
                     # Iterations that take about round_seconds at the speed just measured,
                     # or longer if the rounds' typical cost would exceed ROUND_OVERHEAD of
@@ -516,8 +655,9 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     return runners
 
 
-def _round(parallel, runners, model, n_steps):
-    """One round: every runner advanced by ``n_steps``, shipping only the round's draws.
+def _round(parallel, runners, model, n_steps, n_groups):
+    """One round: every runner advanced by ``n_steps`` in ``n_groups`` groups (tasks of
+    ``parallel``, or in this process if it is None), shipping only the round's draws.
 
     On an interrupt, wherever it lands, every runner is given back whole: advanced in
     place (this process), as returned (a worker's round that completed) or as it was.
@@ -526,8 +666,12 @@ def _round(parallel, runners, model, n_steps):
     try:
         for i, r in enumerate(runners):
             held[i] = r.detach_draws(n_steps)
-        advanced = parallel(delayed(_advance)(r, model, n_steps) for r in runners)
-        for i, r in enumerate(advanced):
+        groups = _groups(len(runners), n_groups)
+        if parallel is None:
+            advanced = [_advance(runners, model, n_steps)]
+        else:
+            advanced = parallel(delayed(_advance)([runners[i] for i in g], model, n_steps) for g in groups)
+        for i, r in enumerate(r for group in advanced for r in group):
             out[i] = r.attach_draws(held[i])
             del held[i]
     except KeyboardInterrupt:

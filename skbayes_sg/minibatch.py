@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .models._fused import fused_force
 from .models._gradients import DensePerExampleGradients
 
 #: Minibatch schemes accepted by :class:`MinibatchGradient`.
@@ -503,3 +504,44 @@ class GradientSpec:
         return ControlVariateGradient(
             model, self.batch_size, self.scheme, self.centre, self.g_hat, self.row_probabilities
         )
+
+
+class ChainsGradient:
+    """The gradient estimators of a group of chains, as one: the forces of all of them at once.
+
+    What a sampler's batched kernel (``step_batch``) sees. With full-data gradients and a model
+    whose force can be fused (:func:`skbayes_sg.models.fused_force`: a one-output GLM, whitened
+    or not, rows in memory) the forces of all the chains are two products per chain with no row
+    gather; otherwise each chain's own estimator computes its force from its own minibatch queue
+    and generator, as when the chain runs alone.
+
+    Parameters
+    ----------
+    estimators : list of MinibatchGradient
+        One per chain, each with its model attached.
+    """
+
+    def __init__(self, estimators):
+        self.estimators = estimators
+        first = estimators[0]
+        self.model = first.model
+        self.noise_scale = first.noise_scale
+        self.full = all(e.full for e in estimators)
+        self._fused = fused_force(self.model) if self.full else None
+        #: Whether the forces draw from the chains' generators (minibatches, or any estimator's).
+        self.uses_generators = self._fused is None
+
+    def forces(self, thetas, rngs, out, per_example=False):
+        """The forces at the rows of ``thetas`` (C, P), chain ``c`` drawing from ``rngs[c]``, into
+        ``out`` (C, P); counts each chain's gradient evaluations. ``per_example``: also return
+        each chain's per-example gradients (a list; None otherwise)."""
+        if self._fused is not None and not per_example:
+            self._fused(thetas, out)
+            for e in self.estimators:
+                e.n_grad_evals += e.n_samples
+            return None
+        operators = []
+        for c, e in enumerate(self.estimators):
+            out[c], g = e.gradient(thetas[c], rngs[c])
+            operators.append(g)
+        return operators if per_example else None

@@ -11,6 +11,7 @@ distributed = pytest.importorskip("distributed")
 
 from joblib import parallel_config  # noqa: E402
 
+import skbayes_sg._chains as chains  # noqa: E402
 from skbayes_sg import SGBayesLogisticRegression  # noqa: E402
 from skbayes_sg._chains import ChainSpec, run_chains  # noqa: E402
 from skbayes_sg.minibatch import GradientSpec  # noqa: E402
@@ -26,6 +27,13 @@ def client():
     with distributed.Client(cluster) as c:
         yield c
     cluster.close()
+
+
+@pytest.fixture(autouse=True)
+def _distribute(monkeypatch):
+    # A fit runs its first round in this process and then stays there while starting workers
+    # would cost more than it saves: these tests are about the workers, so always start them.
+    monkeypatch.setattr(chains, "PROCESS_START_SECONDS", 0.0)
 
 
 def _data():

@@ -104,35 +104,50 @@ def cancer():
     return StandardScaler().fit_transform(X), y
 
 
-def _interrupt(at):
-    """An SGLD step that raises KeyboardInterrupt in the ``at``-th step of the process,
-    part-way through an iteration, as a Ctrl-C arriving in this process does."""
+def _interrupt(at, method="step"):
+    """An SGLD step (``"step"``: one chain's; ``"step_batch"``: every chain's at once) that
+    raises KeyboardInterrupt in the ``at``-th call of the process, part-way through an
+    iteration, as a Ctrl-C arriving in this process does."""
     calls = [0]
+    original = _SGLD_STEP if method == "step" else _SGLD_STEP_BATCH
 
-    def step(sampler, state, target, rng):
+    def step(sampler, *args):
         calls[0] += 1
         if calls[0] == at:
             raise KeyboardInterrupt
-        return _SGLD_STEP(sampler, state, target, rng)
+        return original(sampler, *args)
 
     return step
 
 
 _SGLD_STEP = SGLD.step
+_SGLD_STEP_BATCH = SGLD.step_batch
 KW = dict(sampler="sgld", batch_size=32, burn_in=100, n_chains=2, n_jobs=1, random_state=0)
 
 
-def test_interrupt_mid_iteration_keeps_the_common_draws(cancer, monkeypatch):
+def _patch_kernel(monkeypatch, batched, at):
+    """Interrupt SGLD's batched kernel (chains advancing together) or, without it, its
+    single-chain one (chains advancing one after the other) at the ``at``-th iteration."""
+    if batched:
+        monkeypatch.setattr(SGLD, "step_batch", _interrupt(at, "step_batch"))
+    else:
+        monkeypatch.setattr(SGLD, "_batch_fields", None)
+        monkeypatch.setattr(SGLD, "step", _interrupt(at))
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_interrupt_mid_iteration_keeps_the_common_draws(cancer, monkeypatch, batched):
     X, y = cancer
-    # One round per chain: the first chain finishes its 600 iterations, the second is
-    # interrupted in its 301st, so the chains share 200 draws past the burn-in.
+    # One round: one chain after the other, the first finishes its 600 iterations and the
+    # second is interrupted in its 301st; or both together, interrupted in their 301st. The
+    # chains share 200 draws past the burn-in.
     monkeypatch.setattr(chains, "ROUND_SECONDS", np.inf)
-    monkeypatch.setattr(SGLD, "step", _interrupt(600 + 301))
+    _patch_kernel(monkeypatch, batched, 301 if batched else 600 + 301)
     est = SGBayesLogisticRegression(n_iter=600, **KW)
     with pytest.warns(FitInterruptedWarning, match="interrupted at iteration 300 of 600.*starts afresh"):
         with pytest.raises(KeyboardInterrupt):
             est.fit(X, y)
-    monkeypatch.setattr(SGLD, "step", _SGLD_STEP)
+    monkeypatch.undo()
     short = SGBayesLogisticRegression(n_iter=300, **KW).fit(X, y)
     np.testing.assert_array_equal(est.samples_, short.samples_)
     np.testing.assert_array_equal(est.diagnostics_["rhat"], short.diagnostics_["rhat"])
@@ -144,9 +159,10 @@ def test_interrupt_mid_iteration_keeps_the_common_draws(cancer, monkeypatch):
     np.testing.assert_array_equal(est.samples_, SGBayesLogisticRegression(n_iter=600, **KW).fit(X, y).samples_)
 
 
-def test_interrupt_during_burn_in_leaves_the_estimator_unfitted(cancer, monkeypatch):
+@pytest.mark.parametrize("batched", [False, True])
+def test_interrupt_during_burn_in_leaves_the_estimator_unfitted(cancer, monkeypatch, batched):
     X, y = cancer
-    monkeypatch.setattr(SGLD, "step", _interrupt(50))
+    _patch_kernel(monkeypatch, batched, 50)
     est = SGBayesLogisticRegression(n_iter=600, **KW)
     with pytest.raises(KeyboardInterrupt):
         est.fit(X, y)
@@ -159,9 +175,9 @@ def test_interrupted_continuation_keeps_the_first_fit_and_the_new_draws(cancer, 
     monkeypatch.setattr(chains, "ROUND_SECONDS", np.inf)
     est = SGBayesLogisticRegression(n_iter=300, warm_start=True, **KW).fit(X, y)
     first = est.samples_.copy()
-    # The continuation of 300 is interrupted in the first chain's 51st iteration: no chain
-    # has new draws in common, and the first fit's 200 remain.
-    monkeypatch.setattr(SGLD, "step", _interrupt(51))
+    # The continuation of 300, one chain after the other, is interrupted in the first chain's
+    # 51st iteration: no chain has new draws in common, and the first fit's 200 remain.
+    _patch_kernel(monkeypatch, False, 51)
     with pytest.warns(FitInterruptedWarning, match="interrupted at iteration 300 of 600"):
         with pytest.raises(KeyboardInterrupt):
             est.fit(X, y)
@@ -177,10 +193,11 @@ def test_rounds_never_change_the_draws(cancer, monkeypatch, round_seconds):
     reference = SGBayesLogisticRegression(**kw).fit(X, y)
     monkeypatch.setattr(chains, "ROUND_SECONDS", round_seconds)
     calls = []
-    advance = chains.ChainRunner.advance
-    monkeypatch.setattr(chains.ChainRunner, "advance", lambda self, n=None: calls.append(n) or advance(self, n))
+    advance = chains.advance_group
+    monkeypatch.setattr(chains, "advance_group", lambda runners, n=None: calls.append(n) or advance(runners, n))
     est = SGBayesLogisticRegression(**kw).fit(X, y)
-    assert len(calls) == (2 * 10 if round_seconds == 0 else 2)
+    # The two chains advance together, in this process: one call a round.
+    assert len(calls) == (10 if round_seconds == 0 else 1)
     np.testing.assert_array_equal(est.samples_, reference.samples_)
     np.testing.assert_array_equal(
         est.sample_stats_["kinetic_temperature"], reference.sample_stats_["kinetic_temperature"]

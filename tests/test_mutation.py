@@ -75,10 +75,22 @@ class _ScaledNormals:
         self._rng, self._scale = rng, scale
 
     def standard_normal(self, *args, **kwargs):
-        return self._scale * self._rng.standard_normal(*args, **kwargs)
+        out = kwargs.get("out")
+        draws = self._rng.standard_normal(*args, **kwargs)
+        if out is not None:  # filled in place (the batched kernels' way)
+            out *= self._scale
+            return out
+        return self._scale * draws
 
     def __getattr__(self, name):
         return getattr(self._rng, name)
+
+
+def _scaled_o_step(o_step, ingredient, factor):
+    """``o_step(p, friction, diffusion, delta, *rest)`` with its noise or friction scaled."""
+    if ingredient == "noise":
+        return lambda p, friction, diffusion, delta, *rest: o_step(p, friction, factor * diffusion, delta, *rest)
+    return lambda p, friction, diffusion, delta, *rest: o_step(p, factor * friction, diffusion, delta, *rest)
 
 
 def mutate(monkeypatch, sampler, ingredient, factor):
@@ -100,22 +112,19 @@ def mutate(monkeypatch, sampler, ingredient, factor):
         def scaled_step(self, state, target, rng):
             return step(self, state, target, _ScaledNormals(rng, np.sqrt(factor)))
 
+        step_batch = module.SGLD.step_batch
+
+        def scaled_step_batch(self, chains, grads, rngs):
+            return step_batch(self, chains, grads, [_ScaledNormals(rng, np.sqrt(factor)) for rng in rngs])
+
         monkeypatch.setattr(module.SGLD, "step", scaled_step)
+        monkeypatch.setattr(module.SGLD, "step_batch", scaled_step_batch)
         return
     if ingredient in ("noise", "friction"):
+        # The single-chain O step and its batched form (chains advancing together).
         o_name = "ou_exact" if name == "MCCAdL" else "ou_euler"
-        o_step = getattr(module, o_name)
-
-        if ingredient == "noise":
-
-            def mutant(p, friction, diffusion, delta, rng):
-                return o_step(p, friction, factor * diffusion, delta, rng)
-        else:
-
-            def mutant(p, friction, diffusion, delta, rng):
-                return o_step(p, factor * friction, diffusion, delta, rng)
-
-        monkeypatch.setattr(module, o_name, mutant)
+        for fn in (o_name, o_name + "_rows"):
+            monkeypatch.setattr(module, fn, _scaled_o_step(getattr(module, fn), ingredient, factor))
         return
     assert ingredient == "control"
     if name == "SGHMC":

@@ -7,6 +7,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
 from ..preconditioning import PRECONDITIONERS
+from ._batched import ChainsState
 from ._state import MomentumState, NoInfo, SamplerState, ThermostatInfo, ThermostatState
 from ._step_size import largest_curvature
 
@@ -218,6 +219,35 @@ class BaseSampler(BaseEstimator):
             The new state (the same object, updated, for the samplers of this package).
         info : info_type
             The iteration's statistics.
+        """
+        raise NotImplementedError
+
+    #: The state fields :meth:`step_batch` advances, stacked over the chains; None: the sampler
+    #: has no batched kernel and its chains advance one at a time.
+    _batch_fields = None
+    #: Normal vectors :meth:`step_batch` draws per chain and iteration, its only use of the
+    #: chains' generators besides the gradients' (0: unknown; no normals are drawn ahead).
+    _normals_per_step = 0
+
+    def batched(self, grads):
+        """Whether :meth:`step_batch` can advance chains whose gradients are ``grads`` (a
+        :class:`~skbayes_sg.minibatch.ChainsGradient`)."""
+        return self._batch_fields is not None
+
+    def stack_states(self, states):
+        """The chains' ``states`` stacked for :meth:`step_batch` (a :class:`~._batched.ChainsState`)."""
+        return ChainsState(states, self._batch_fields)
+
+    def step_batch(self, chains, grads, rngs):
+        """Advance the stacked ``chains`` by one iteration, chain ``c`` drawing from ``rngs[c]``.
+
+        The batched form of :meth:`step`, chain by chain the same arithmetic but for the force
+        (``grads.forces``, which may sum in another order).
+
+        Returns
+        -------
+        ndarray of shape (C, len(info_type._fields))
+            The iteration's statistics of every chain.
         """
         raise NotImplementedError
 

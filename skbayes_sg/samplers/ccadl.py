@@ -5,6 +5,7 @@ from sklearn.utils._param_validation import StrOptions
 
 from ..preconditioning import PRECONDITIONERS
 from ._base import AUTO, POSITIVE, ThermostatSampler
+from ._batched import ou_euler_rows, row_dots
 from ._state import CCAdLState, ThermostatInfo
 from ._substeps import drift, kick, ou_euler, thermostat
 
@@ -125,6 +126,32 @@ class CCAdL(ThermostatSampler):
         state.I_hat = np.zeros((P, P)) if kind == "full" else np.zeros(P)
         state.t = 0
         return state
+
+    _normals_per_step = 1
+    _batch_fields = ("theta", "p", "xi")
+
+    def step_batch(self, chains, grads, rngs):
+        h, A, T = chains.step_size, self.friction, self.temperature
+        theta, p = chains.theta, chains.p
+        theta += h * p
+        force = np.empty_like(theta)
+        noisy = grads.noise_scale > 0.0
+        per_example = grads.forces(theta, rngs, force, per_example=noisy)
+        corrections = []
+        if noisy:
+            # Each chain's own moving average of its minibatches' covariance.
+            for c, (state, g) in enumerate(zip(chains.states, per_example)):
+                I_hat = _update_moving_average(state, g)
+                correction = I_hat @ p[c] if I_hat.ndim == 2 else I_hat * p[c]
+                correction *= h * (0.5 * h / T) * grads.noise_scale
+                corrections.append(correction)
+        ou_euler_rows(p, chains.xi, A * T, h, chains, rngs)
+        p += h * force
+        for c, correction in enumerate(corrections):
+            p[c] -= correction
+        pp = row_dots(p)
+        chains.xi = chains.xi + h * (pp - p.shape[1] * T) / self._mu(p.shape[1])
+        return np.stack([chains.xi, pp / p.shape[1]], axis=1)
 
     def step(self, state, grad_estimator, rng):
         h, A, T = state.step_size, self.friction, self.temperature

@@ -5,6 +5,7 @@ from sklearn.utils._param_validation import StrOptions
 
 from ..preconditioning import PRECONDITIONERS
 from ._base import AUTO, OPEN_UNIT_INTERVAL, POSITIVE, POSITIVE_INT, ThermostatSampler
+from ._batched import ou_exact_rows, row_dots
 from ._expmv import DEFAULT_TOL, NoiseCovariance, c_step
 from ._state import MCCAdLState, ThermostatInfo
 from ._substeps import drift, kick, ou_exact, thermostat
@@ -303,6 +304,64 @@ class MCCAdL(ThermostatSampler):
             return state.grads if state.grads_prev is None else state.grads_prev
         return state.grads
 
+    _normals_per_step = 2
+    # n_steps stays in each chain's state: the C step's bookkeeping reads it.
+    _batch_fields = ("theta", "p", "xi", "force")
+
+    def step_batch(self, chains, grads, rngs):
+        h, A, T = chains.step_size, self.friction, self.temperature
+        half = 0.5 * h
+        theta, p = chains.theta, chains.p
+        P = p.shape[1]
+        mu = self._mu(P)
+        p += half * chains.force
+        theta += half * p
+        ou_exact_rows(p, chains.xi, A * T, half, chains, rngs)
+        kinetic = row_dots(p)
+        xi = chains.xi + half * (kinetic - P * T) / mu
+        if grads.noise_scale > 0.0:
+            # The C step chain by chain: each has its own minibatch's Sigma and norm estimates.
+            for c, state in enumerate(chains.states):
+                p[c] = self._c_step(state, grads.estimators[c], theta[c], p[c], rngs[c])
+        # (With full data, noise_scale = 0, C is the identity.)
+        pp = row_dots(p)
+        kinetic += pp
+        xi = xi + half * (pp - P * T) / mu
+        ou_exact_rows(p, xi, A * T, half, chains, rngs)
+        theta += half * p
+        per_example = grads.forces(theta, rngs, chains.force, per_example=grads.noise_scale > 0.0)
+        if per_example is not None:
+            lagged = self.sigma_estimate == "lagged"
+            for state, g in zip(chains.states, per_example):
+                if lagged:
+                    state.grads_prev = state.grads
+                state.grads = g
+        p += half * chains.force
+        chains.xi = xi
+        for state in chains.states:
+            state.n_steps += 1
+        return np.stack([xi, 0.5 * kinetic / P], axis=1)
+
+    def _c_step(self, state, grad_estimator, theta, p, rng):
+        """C(h) of one chain: ``exp(h Sigma~) p`` (eq. 17), counting its operator products."""
+        h, T = state.step_size, self.temperature
+        half = 0.5 * h
+        if state.sigma_eigvec is None:
+            state.sigma_eigvec, state.sigma_norm_cache = np.zeros_like(theta), {}
+        p, n_prod = c_step(
+            p,
+            self._sigma_gradients(state, grad_estimator, theta, rng, half / T),
+            grad_estimator.noise_scale,
+            h,
+            half / T,
+            self.expm_tol,
+            state.sigma_eigvec,
+            cache=state.sigma_norm_cache,
+            method=self.expm_method,
+        )
+        state.c_products += n_prod
+        return p
+
     def step(self, state, grad_estimator, rng):
         h, A, T = state.step_size, self.friction, self.temperature
         half = 0.5 * h
@@ -316,23 +375,8 @@ class MCCAdL(ThermostatSampler):
         ou_exact(p, state.xi, A * T, half, rng)
         kinetic = float(p @ p)
         xi = thermostat(state.xi, p, half, mu, T, kinetic)
-        noise_scale = grad_estimator.noise_scale
-        if noise_scale > 0.0:
-            # Sigma~ = -(h/2) beta Sigma over a time h (eq. 17).
-            if state.sigma_eigvec is None:
-                state.sigma_eigvec, state.sigma_norm_cache = np.zeros_like(theta), {}
-            p, n_prod = c_step(
-                p,
-                self._sigma_gradients(state, grad_estimator, theta, rng, half / T),
-                noise_scale,
-                h,
-                half / T,
-                self.expm_tol,
-                state.sigma_eigvec,
-                cache=state.sigma_norm_cache,
-                method=self.expm_method,
-            )
-            state.c_products += n_prod
+        if grad_estimator.noise_scale > 0.0:
+            p = self._c_step(state, grad_estimator, theta, p, rng)
         pp = float(p @ p)
         kinetic += pp
         xi = thermostat(xi, p, half, mu, T, pp)

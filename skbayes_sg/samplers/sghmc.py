@@ -1,9 +1,11 @@
 """Stochastic gradient Hamiltonian Monte Carlo (Chen, Fox & Guestrin 2014)."""
 
+import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
 from ..preconditioning import PRECONDITIONERS
 from ._base import AUTO, POSITIVE, MomentumSampler
+from ._batched import ou_euler_rows, row_dots
 from ._state import MomentumInfo, SGHMCState
 from ._substeps import drift, kick, ou_euler
 
@@ -78,6 +80,23 @@ class SGHMC(MomentumSampler):
         self.friction = friction
         self.noise_estimate = noise_estimate
         self.temperature = temperature
+
+    _normals_per_step = 1
+    _batch_fields = ("theta", "p")
+
+    def batched(self, grads):
+        # The empirical noise estimate needs each chain's per-example gradients.
+        return self.noise_estimate is None
+
+    def step_batch(self, chains, grads, rngs):
+        h, A, T = chains.step_size, self.friction, self.temperature
+        theta, p = chains.theta, chains.p
+        theta += h * p
+        force = np.empty_like(theta)
+        grads.forces(theta, rngs, force)
+        ou_euler_rows(p, A, A * T, h, chains, rngs)
+        p += h * force
+        return (row_dots(p) / p.shape[1])[:, None]
 
     def step(self, state, grad_estimator, rng):
         h, A, T = state.step_size, self.friction, self.temperature

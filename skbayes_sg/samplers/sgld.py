@@ -1,5 +1,8 @@
 """Stochastic gradient Langevin dynamics (Welling & Teh 2011) at a fixed step size."""
 
+import math
+
+import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
 from ..preconditioning import PRECONDITIONERS
@@ -69,6 +72,19 @@ class SGLD(BaseSampler):
         self.preconditioner = preconditioner
         self.step_size = step_size
         self.temperature = temperature
+
+    _normals_per_step = 1
+    _batch_fields = ("theta",)
+
+    def step_batch(self, chains, grads, rngs):
+        h = chains.step_size
+        force = chains.noise
+        grads.forces(chains.theta, rngs, force)
+        noise = chains.normals(rngs, np.empty_like(force))
+        noise *= math.sqrt(2.0 * h * self.temperature)
+        noise += h * force
+        chains.theta += noise
+        return np.empty((len(rngs), 0))
 
     def step(self, state, grad_estimator, rng):
         h = state.step_size

@@ -1,9 +1,11 @@
 """Stochastic gradient Nose-Hoover thermostat (Ding et al. 2014)."""
 
+import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
 from ..preconditioning import PRECONDITIONERS
 from ._base import AUTO, POSITIVE, ThermostatSampler
+from ._batched import ou_euler_rows, row_dots
 from ._state import ThermostatInfo
 from ._substeps import drift, kick, ou_euler, thermostat
 
@@ -78,6 +80,21 @@ class SGNHT(ThermostatSampler):
         self.friction = friction
         self.thermal_mass = thermal_mass
         self.temperature = temperature
+
+    _normals_per_step = 1
+    _batch_fields = ("theta", "p", "xi")
+
+    def step_batch(self, chains, grads, rngs):
+        h, A, T = chains.step_size, self.friction, self.temperature
+        theta, p = chains.theta, chains.p
+        theta += h * p
+        force = np.empty_like(theta)
+        grads.forces(theta, rngs, force)
+        ou_euler_rows(p, chains.xi, A * T, h, chains, rngs)
+        p += h * force
+        pp = row_dots(p)
+        chains.xi = chains.xi + h * (pp - p.shape[1] * T) / self._mu(p.shape[1])
+        return np.stack([chains.xi, pp / p.shape[1]], axis=1)
 
     def step(self, state, grad_estimator, rng):
         h, A, T = state.step_size, self.friction, self.temperature

@@ -1,0 +1,111 @@
+"""Wall time of default fits against scikit-learn's ``LogisticRegression``, in the same run.
+
+- ``breast_cancer``: ``make_pipeline(StandardScaler(), SGBayesLogisticRegression(n_jobs=...))``
+  against ``make_pipeline(StandardScaler(), LogisticRegression())`` on breast cancer (569 x 30);
+- ``a9a``: ``SGBayesLogisticRegression(n_jobs=...)`` against ``LogisticRegression()`` on a9a's
+  training split (32,561 x 123; ``shared/data/a9a.npz``).
+
+Both fits use ``random_state=0`` (the same work every run). Every measurement is a fresh
+process (so a fit pays what a user's first fit pays: worker
+processes, caches), timing ``fit`` alone with ``time.perf_counter``; the two libraries alternate
+within each repeat and so do the source trees given with ``--trees`` (an interleaved A/B on a
+shared machine). Prints one JSON object: per tree and case, the median seconds of each library,
+their ratio, and every run.
+
+Usage::
+
+    python benchmarks/fit_vs_sklearn.py [--repeats 5] [--n-jobs 2] [--cases breast_cancer a9a]
+                                        [--blas-threads 1] [--trees /path/to/tree_a /path/to/tree_b]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+A9A = Path(os.environ.get("A9A", "/work/shared/data/a9a.npz"))
+
+CHILD = r"""
+import json, sys, time, warnings
+import numpy as np
+warnings.simplefilter("ignore")
+case, lib, n_jobs, a9a = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from skbayes_sg import SGBayesLogisticRegression
+if case == "breast_cancer":
+    from sklearn.datasets import load_breast_cancer
+    X, y = load_breast_cancer(return_X_y=True)
+    sg = SGBayesLogisticRegression(n_jobs=n_jobs, random_state=0)
+    est = make_pipeline(StandardScaler(), sg if lib == "skbayes_sg" else LogisticRegression())
+else:
+    d = np.load(a9a)
+    X, y = d["X_train"], d["y_train"]
+    est = SGBayesLogisticRegression(n_jobs=n_jobs, random_state=0) if lib == "skbayes_sg" else LogisticRegression()
+tic = time.perf_counter()
+est.fit(X, y)
+seconds = time.perf_counter() - tic
+out = {"seconds": seconds}
+if lib == "skbayes_sg":
+    sg = est[-1] if hasattr(est, "steps") else est
+    out["n_iter"] = int(sg.n_iter_)
+    out["min_ess"] = float(np.min(sg.diagnostics_["ess"]))
+print(json.dumps(out))
+"""
+
+
+def _run(tree, case, lib, n_jobs, blas_threads=None):
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    if blas_threads:
+        env.update({k: str(blas_threads) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, case, lib, str(n_jobs), str(A9A)],
+        env=env,
+        cwd=str(tree),  # ``python -c`` puts the working directory first on sys.path
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--n-jobs", type=int, default=2)
+    p.add_argument("--cases", nargs="+", default=["breast_cancer", "a9a"], choices=["breast_cancer", "a9a"])
+    p.add_argument(
+        "--blas-threads",
+        type=int,
+        default=None,
+        help="BLAS threads of every run (default: the libraries' own; skbayes_sg fits on one)",
+    )
+    p.add_argument("--trees", nargs="+", default=[str(ROOT)], help="source trees to compare (PYTHONPATH of each run)")
+    args = p.parse_args(argv)
+    runs = {tree: {case: {"skbayes_sg": [], "sklearn": []} for case in args.cases} for tree in args.trees}
+    for _ in range(args.repeats):
+        for case in args.cases:
+            for tree in args.trees:
+                for lib in ("skbayes_sg", "sklearn"):
+                    runs[tree][case][lib].append(_run(tree, case, lib, args.n_jobs, args.blas_threads))
+    report = {"n_jobs": args.n_jobs, "repeats": args.repeats, "blas_threads": args.blas_threads, "results": {}}
+    for tree in args.trees:
+        for case in args.cases:
+            r = runs[tree][case]
+            sg = sorted(x["seconds"] for x in r["skbayes_sg"])[len(r["skbayes_sg"]) // 2]
+            sk = sorted(x["seconds"] for x in r["sklearn"])[len(r["sklearn"]) // 2]
+            report["results"].setdefault(tree, {})[case] = {
+                "skbayes_sg_median_s": round(sg, 4),
+                "sklearn_median_s": round(sk, 4),
+                "ratio": round(sg / sk, 1),
+                "runs": r,
+            }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

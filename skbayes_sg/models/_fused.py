@@ -1,0 +1,117 @@
+"""The full-data force of a one-output GLM for a stack of chains, as two products per chain.
+
+When every chain's gradient is the full data (small N), a step's gradient needs no row
+gather and no per-row bookkeeping. In the coordinates ``z`` of a whitened model,
+``theta = m + L z``, the linear predictor is ``eta = X~ theta = X~ m + (X~ L) z`` with
+``X~ = [X, 1]`` (the intercept column), so with ``A = X~ L`` formed once a chain's force is
+
+``eta = A z + eta0``, ``r = family residual(eta)``, ``F = A' r - Q z + b``
+
+where the Gaussian prior's gradient in ``z``, ``L' (-Lambda (m + L z))``, is the constant
+``b = -L' Lambda m`` and the matrix ``Q = L' Lambda L``. Unwhitened models are the case
+``L = I``, ``m = 0``. Each chain's products are matrix-vector products of its own row (not one
+matrix-matrix product over the chains): a product over a stack of rows rounds differently
+with the stack's height, and the chains' draws must not depend on how they are grouped into
+processes (``n_jobs``).
+"""
+
+import weakref
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..rows._array import ArrayRows
+
+#: Largest ``A`` (bytes) the fused force forms; beyond it the chains use their own estimators.
+MAX_BYTES = 2**27
+
+_CACHE = weakref.WeakKeyDictionary()
+
+
+class FusedForce:
+    """``F(z)`` of the log posterior for each row of a stack ``Z`` (C, P) (see the module).
+
+    Parameters
+    ----------
+    A : ndarray of shape (N, P)
+        ``X~ L``.
+    eta0 : ndarray of shape (N,)
+        ``X~ m`` plus the rows' offsets.
+    y, w : ndarray of shape (N,), w None without sample weights
+    family : Family
+    Q : ndarray of shape (P, P), or (P,) for a diagonal
+    b : ndarray of shape (P,)
+    """
+
+    def __init__(self, A, eta0, y, w, family, Q, b):
+        N = A.shape[0]
+        self.At = np.ascontiguousarray(A.T)
+        # A dense Q rides in the second product: [r, z] @ [A; -Q], one product per chain.
+        self.AQ = np.vstack([A, -Q]) if Q.ndim == 2 else A
+        self.eta0, self.y, self.w, self.family, self.Q, self.b, self.N = eta0, y, w, family, Q, b, N
+        self._buf = None
+
+    def __call__(self, Z, out):
+        """The forces at the rows of ``Z`` (C, P), written into ``out`` (C, P)."""
+        C, N = Z.shape[0], self.N
+        buf = self._buf
+        if buf is None or buf.shape[0] != C:
+            buf = self._buf = np.empty((C, self.AQ.shape[0]))
+        eta = buf[:, :N]
+        for c in range(C):
+            np.matmul(Z[c], self.At, out=eta[c])
+        eta += self.eta0
+        # Elementwise over the stack: each chain's residuals are its own.
+        r = self.family.gradient_terms(eta[..., None], self.y, Z[:, Z.shape[1] :])[0][..., 0]
+        if self.w is not None:
+            r *= self.w
+        eta[...] = r
+        if self.Q.ndim == 2:
+            buf[:, N:] = Z
+        for c in range(C):
+            np.matmul(buf[c], self.AQ, out=out[c])
+        if self.Q.ndim == 1:
+            out -= self.Q * Z
+        out += self.b
+        return out
+
+
+def fused_force(model):
+    """The :class:`FusedForce` of ``model`` (a GLM or a whitened GLM), or None where it does not
+    apply: several outputs or extra parameters, rows not held as an array, or an ``A`` above
+    :data:`MAX_BYTES`. Built once per model object."""
+    try:
+        hit = _CACHE.get(model)
+    except TypeError:  # a model that cannot be weakly referenced or hashed: not cached
+        return _build(model)
+    if hit is None:
+        hit = _CACHE[model] = (_build(model),)
+    return hit[0]
+
+
+def _build(model):
+    base, m, L = model, None, None
+    if hasattr(model, "to_theta") and hasattr(model, "model"):
+        base, m, L = model.model, model.m, model.L
+    rows = getattr(base, "rows", None)
+    family = getattr(base, "family", None)
+    if family is None or not isinstance(rows, ArrayRows) or base.n_outputs != 1 or base._n_extra:
+        return None
+    N, P = base.n_samples, base.n_params
+    if N * P * 8 > MAX_BYTES:
+        return None
+    X = rows.X
+    X = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=float)
+    Xt = np.hstack([X, np.ones((N, 1))]) if base.fit_intercept else X
+    prec = np.broadcast_to(np.asarray(base.prior_precision, dtype=float), (P,))
+    if L is None:
+        A, eta0, Q, b = Xt, np.zeros(N), prec.copy(), np.zeros(P)
+    elif L.ndim == 1:
+        A, eta0, Q, b = Xt * L, Xt @ m, L * prec * L, -L * (prec * m)
+    else:
+        A, eta0, Q, b = Xt @ L, Xt @ m, L.T @ (prec[:, None] * L), -L.T @ (prec * m)
+    if rows.offset is not None:
+        eta0 = eta0 + rows.offset
+    y = rows.y if rows.y_dtype is None else rows.y.astype(rows.y_dtype)
+    w = None if rows.sample_weight is None else np.asarray(rows.sample_weight, dtype=float)
+    return FusedForce(np.ascontiguousarray(A), eta0, y, w, family, Q, b)

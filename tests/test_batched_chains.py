@@ -1,0 +1,176 @@
+"""Chains advanced together (stacked states, one batched step per iteration) and the fused
+full-data force: the same draws as each chain run alone, whatever the grouping (n_jobs)."""
+
+import numpy as np
+import pytest
+from joblib import Parallel
+from sklearn.datasets import load_breast_cancer
+from sklearn.preprocessing import StandardScaler
+
+import skbayes_sg._chains as chains
+from skbayes_sg import SGBayesLogisticRegression
+from skbayes_sg._chains import ChainSpec, _advance, start_chains
+from skbayes_sg.minibatch import GradientSpec
+from skbayes_sg.models import LinearRegressionModel, LogisticModel, PoissonModel, WhitenedModel
+from skbayes_sg.models._fused import fused_force
+from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, MCCAdL
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    return StandardScaler().fit_transform(X), y.astype(float)
+
+
+def _whitened(model):
+    """The model in coordinates whitened at a rough centre (dense, lower-triangular ``L``)."""
+    rng = np.random.default_rng(1)
+    P = model.n_params
+    m = 0.1 * rng.standard_normal(P)
+    H = -model.loglik_hessian(m) + np.diag(np.full(P, 1.0))
+    L = np.linalg.cholesky(np.linalg.inv(H))
+    return WhitenedModel(model, m, L)
+
+
+def _models(X, y):
+    rng = np.random.default_rng(0)
+    n, D = X.shape
+    w = rng.uniform(0.2, 3.0, n)
+    counts = rng.poisson(np.exp(0.2 * X[:, 0]))
+    logistic = LogisticModel(X, y, alpha=0.5, fit_intercept=True)
+    weighted = LogisticModel(X, y, alpha=np.linspace(0.5, 2.0, D), fit_intercept=True, alpha_intercept=0.3)
+    weighted.set_sample_weight(w)
+    poisson = PoissonModel(X[:, :5], counts, alpha=1.0, offset=rng.uniform(-0.5, 0.5, n))
+    base = LogisticModel(X, y, alpha=1.0, fit_intercept=False)
+    diag = WhitenedModel(base, 0.05 * np.ones(D), np.linspace(0.1, 0.3, D))
+    linreg = LinearRegressionModel(X[:, :4], X[:, 5], alpha=1.0, noise_precision=2.0)
+    return {
+        "logistic": logistic,
+        "weighted-whitened": _whitened(weighted),
+        "poisson-offset-whitened": _whitened(poisson),
+        "diagonal-no-intercept": diag,
+        "linreg-fixed-noise": linreg,
+    }
+
+
+@pytest.mark.parametrize("name", ["logistic", "weighted-whitened", "poisson-offset-whitened", "diagonal-no-intercept"])
+def test_fused_force_is_the_log_posterior_gradient(cancer, name):
+    model = _models(*cancer)[name]
+    fused = fused_force(model)
+    assert fused is not None
+    Z = 0.3 * np.random.default_rng(2).standard_normal((3, model.n_params))
+    out = fused(Z, np.empty_like(Z))
+    for c in range(3):
+        expected = model.log_posterior_and_grad(Z[c])[1]
+        np.testing.assert_allclose(out[c], expected, rtol=1e-10, atol=1e-10 * np.abs(expected).max())
+
+
+def test_fused_force_covers_a_fixed_noise_gaussian_and_skips_extra_parameters(cancer):
+    X, y = cancer
+    model = _models(X, y)["linreg-fixed-noise"]
+    Z = 0.3 * np.random.default_rng(2).standard_normal((2, model.n_params))
+    out = fused_force(model)(Z, np.empty_like(Z))
+    np.testing.assert_allclose(out[1], model.log_posterior_and_grad(Z[1])[1], rtol=1e-10)
+    # An estimated noise precision is an extra parameter: those chains keep their estimators.
+    assert fused_force(LinearRegressionModel(X[:, :4], X[:, 5], alpha=1.0)) is None
+
+
+def _run(sampler, model, gradient, batched, n_iter=300, n_chains=3):
+    spec = ChainSpec(sampler, model, n_iter, 50, 1, None, gradient)
+    seeds = np.random.SeedSequence(7).spawn(n_chains)
+    starts = 0.1 * np.random.default_rng(3).standard_normal((n_chains, model.n_params))
+    runners = start_chains(spec, list(starts), seeds)
+    if batched:
+        _advance(runners, model, None)
+    else:
+        for r in runners:
+            _alone(r, model)
+    return np.stack([r.kept_draws() for r in runners]), np.stack([r.stats[: r.k] for r in runners])
+
+
+def _alone(runner, model):
+    """The single-chain kernel (``sampler.step``), the chain by itself."""
+    runner.grad_estimator.model = model
+    runner.advance()
+
+
+SAMPLERS = [
+    MCCAdL(step_size=0.2),
+    SGHMC(step_size=0.2),
+    SGLD(step_size=0.02),
+    SGNHT(step_size=0.2),
+    CCAdL(step_size=0.1),
+    CCAdL(step_size=0.1, covariance="full"),
+]
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS, ids=lambda s: type(s).__name__)
+def test_batched_full_data_chains_match_each_chain_alone(cancer, sampler):
+    # Full data: the fused force sums in another order than the chain's own estimator, and
+    # nothing else differs (the same noise from each chain's generator, the same scalars).
+    model = _whitened(LogisticModel(*cancer, alpha=1.0))
+    draws, stats = _run(sampler, model, None, batched=True)
+    alone, alone_stats = _run(sampler, model, None, batched=False)
+    assert draws.shape == (3, 250, model.n_params)
+    np.testing.assert_allclose(draws, alone, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(stats, alone_stats, rtol=1e-10, atol=1e-12)
+
+
+MINIBATCH_SAMPLERS = SAMPLERS + [
+    MCCAdL(step_size=0.2, sigma_estimate="lagged"),
+    MCCAdL(step_size=0.05, sigma_estimate="independent", sigma_refresh=8),
+]
+
+
+@pytest.mark.parametrize("control_variate", [True, False], ids=["cv", "plain"])
+@pytest.mark.parametrize("sampler", MINIBATCH_SAMPLERS, ids=lambda s: repr(s))
+def test_batched_minibatch_chains_are_bit_identical_to_each_chain_alone(cancer, sampler, control_variate):
+    # Minibatches: each chain's force comes from its own estimator, and mCCAdL's C step from
+    # its own minibatch, as alone.
+    model = _whitened(LogisticModel(*cancer, alpha=1.0))
+    centre = np.zeros(model.n_params)
+    if control_variate:
+        gradient = GradientSpec(batch_size=64, centre=centre, g_hat=model.log_likelihood_and_grad(centre)[1])
+    else:
+        gradient = GradientSpec(batch_size=64)
+    draws, stats = _run(sampler, model, gradient, batched=True)
+    alone, alone_stats = _run(sampler, model, gradient, batched=False)
+    np.testing.assert_array_equal(draws, alone)
+    np.testing.assert_array_equal(stats, alone_stats)
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, dict(sampler="sghmc", batch_size=64), dict(sampler="sgnht")], ids=["default", "sghmc-cv", "sgnht"]
+)
+def test_draws_are_identical_for_n_jobs_1_and_2(cancer, monkeypatch, kw):
+    X, y = cancer
+    one = SGBayesLogisticRegression(n_iter=600, n_chains=3, n_jobs=1, random_state=0, **kw).fit(X, y)
+    # Start the process pool whatever the work left: the chains then advance in two groups.
+    monkeypatch.setattr(chains, "PROCESS_START_SECONDS", 0.0)
+    groups = []
+    monkeypatch.setattr(chains, "Parallel", lambda **kw: groups.append(kw) or Parallel(**kw))
+    two = SGBayesLogisticRegression(n_iter=600, n_chains=3, n_jobs=2, random_state=0, **kw).fit(X, y)
+    assert groups == [{"n_jobs": 2}]
+    np.testing.assert_array_equal(one.samples_, two.samples_)
+    for key in one.sample_stats_:
+        np.testing.assert_array_equal(one.sample_stats_[key], two.sample_stats_[key])
+
+
+def test_a_short_fit_stays_in_this_process(cancer, monkeypatch):
+    # Starting worker processes costs more than a small data set's chains: they run here.
+    X, y = cancer
+    rounds = []
+    go = chains._go_parallel
+    monkeypatch.setattr(chains, "_go_parallel", lambda *a: rounds.append(go(*a)) or rounds[-1])
+    monkeypatch.setattr(chains, "_POOLS_STARTED", set())
+    SGBayesLogisticRegression(n_iter=600, n_jobs=2, random_state=0).fit(X, y)
+    assert rounds and not any(rounds)
+
+
+def test_a_diverging_batched_chain_names_its_iteration(cancer):
+    from skbayes_sg.exceptions import DivergenceError
+
+    X, y = cancer
+    with pytest.raises(DivergenceError, match=r"non-finite by iteration \d+.*smaller step_size") as info:
+        SGBayesLogisticRegression(sampler=SGLD(step_size=50.0, preconditioner="none"), n_iter=300).fit(X, y)
+    assert info.value.iteration is not None
