@@ -191,7 +191,7 @@ class BaseSGBayes(BaseEstimator):
                 max_draws = max(AUTO_MAX_DRAWS, AUTO_DRAW_FLOATS // (self.n_chains * max(n_params, 1)))
         return burn_in, min_adaptation, max_draws
 
-    def _batch_size(self, sampler, n_samples, n_params=1):
+    def _batch_size(self, sampler, n_samples, n_params=1, remote=False):
         if sampler.requires_full_data:
             if self.batch_size not in (None, "auto"):
                 raise ValueError(
@@ -202,7 +202,9 @@ class BaseSGBayes(BaseEstimator):
         if self.batch_size is None:
             return None
         if self.batch_size == "auto":
-            if n_samples * n_params <= FULL_DATA_WORK:
+            # Rows on a cluster (``remote``): a full-data gradient is a pass over the workers,
+            # never as cheap as a minibatch's, however small the data.
+            if n_samples * n_params <= FULL_DATA_WORK and not remote:
                 return None
             return min(self._auto_batch_size, n_samples)
         if self.batch_size > n_samples:
@@ -270,7 +272,8 @@ class BaseSGBayes(BaseEstimator):
         model = self._build_model(X, y)
         if sample_weight is not None:
             model.set_sample_weight(sample_weight)
-        batch_size = self._batch_size(sampler, model.n_samples, model.n_params)
+        remote = getattr(getattr(model, "rows", None), "remote", False)
+        batch_size = self._batch_size(sampler, model.n_samples, model.n_params, remote)
         return fit_model(self, sampler, X, y, model, batch_size, streaming)
 
     def _start_rng(self):

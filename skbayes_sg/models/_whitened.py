@@ -177,3 +177,6 @@ class WhitenedModel(Model):
 
     def without_data(self):
         return self.model.without_data()
+
+    def prefetch_rows(self, idx):
+        self.model.prefetch_rows(idx)
