@@ -268,3 +268,67 @@ def _predict_input(X):
     if X.ndim != 2:
         raise ValueError(f"X has {X.ndim} dimension(s); expected a 2-D array of shape (n_samples, n_features).")
     return X.rechunk({1: -1}) if len(X.chunks[1]) > 1 else X
+
+
+#: Rows of the sample whose MAP starts Newton's method on the workers.
+START_ROWS = 20_000
+
+
+def map_on_workers(model, tol=1e-3, max_iter=50):
+    """The MAP of a model over :class:`~skbayes_sg.rows.DaskRows`, in few passes over the data.
+
+    Newton's method as the in-memory fit's (the same stopping rule: a Newton decrement below
+    ``tol`` posterior sds), with two changes that save passes: it starts from the MAP of
+    :data:`START_ROWS` rows drawn at random (each weighted ``N / m``, found in memory), within
+    a few posterior sds of the full data's; and each pass computes the log posterior, its
+    gradient and the Hessian together (:meth:`~skbayes_sg.rows.DaskRows.together`, as dask-glm
+    does), so that a step costs one pass. Models without a closed-form Hessian, or too many
+    parameters for Newton, take the in-memory fit's route (:func:`~skbayes_sg.models._map._map_estimate`).
+    """
+    import copy
+
+    from scipy.linalg import LinAlgError, cho_factor, cho_solve
+
+    from .models._base import Model
+    from .models._map import NEWTON_MAX_PARAMS, _map_estimate
+    from .rows import ArrayRows
+
+    rows = model.rows
+    if model.n_params > NEWTON_MAX_PARAMS or type(model).hessian is Model.hessian:
+        return _map_estimate(model)
+    N = rows.n_rows
+    m = min(N, START_ROWS)
+    idx = np.sort(np.random.default_rng(0).choice(N, size=m, replace=False))
+    block = rows.gather(idx)
+    w = np.full(m, N / m) if block.sample_weight is None else block.sample_weight * (N / m)
+    sample = copy.copy(model)
+    sample.rows = ArrayRows(block.X, block.y, sample_weight=w, offset=block.offset, y_dtype=rows.y_dtype)
+    theta = _map_estimate(sample)
+
+    def terms(theta):
+        (lp, g), H = rows.together(lambda: model.log_posterior_and_grad(theta), lambda: model.hessian(theta))
+        return lp, g, H
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        lp, g, H = terms(theta)
+        for _ in range(max_iter):
+            try:
+                step = cho_solve(cho_factor(H), g)
+            except (LinAlgError, ValueError):
+                break
+            decrement = float(np.sqrt(max(g @ step, 0.0)))
+            if not np.isfinite(decrement):
+                break
+            if decrement < tol:
+                return theta
+            t = 1.0
+            for _ in range(60):
+                cand = theta + t * step
+                lp_new, g_new, H_new = terms(cand)
+                if np.isfinite(lp_new) and lp_new >= lp:
+                    break
+                t *= 0.5
+            else:
+                return theta
+            theta, lp, g, H = cand, lp_new, g_new, H_new
+    return _map_estimate(model)

@@ -17,7 +17,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 from threadpoolctl import threadpool_limits
 
-from . import _run_length, diagnostics
+from . import _dask, _run_length, diagnostics
 from ._fit import fit_model
 from ._fit._messages import caller_stacklevel, convergence_messages
 from ._inference_data import inference_data
@@ -222,7 +222,9 @@ class BaseSGBayes(BaseEstimator):
         control variate all use it)."""
         cached = getattr(self, "_fit_map", None)
         if cached is None or cached[0] is not model:
-            self._fit_map = (model, _map_estimate(model))
+            # Rows on a cluster: Newton's method with one pass a step (see _dask.map_on_workers).
+            remote = getattr(getattr(model, "rows", None), "remote", False)
+            self._fit_map = (model, (_dask.map_on_workers if remote else _map_estimate)(model))
         return self._fit_map[1]
 
     def _initial_points(self, model):

@@ -18,6 +18,8 @@ from ._source import Block, RowSource, _add
 
 #: Prefetched row sets kept per source (one per chain's queue; more are dropped oldest first).
 PREFETCH_SLOTS = 16
+#: Results of full-data passes remembered (see :meth:`DaskRows.together`).
+MEMO_SLOTS = 8
 
 
 def _partition_sum(f, rows_per_block, X, y, w, off, y_dtype):
@@ -36,6 +38,20 @@ def _partition_sum(f, rows_per_block, X, y, w, off, y_dtype):
             part = f(_block(X, y, w, off, y_dtype, rows))
             total = part if total is None else _add(total, part)
     return total
+
+
+def _partition_sums(fs, rows_per_block, X, y, w, off, y_dtype):
+    """:func:`_partition_sum` of several functions in one read of the partition (a tuple of sums)."""
+    from threadpoolctl import threadpool_limits
+
+    totals = [None] * len(fs)
+    with threadpool_limits(limits=1, user_api="blas"):
+        for start in range(0, max(X.shape[0], 1), rows_per_block):
+            block = _block(X, y, w, off, y_dtype, slice(start, start + rows_per_block))
+            for i, f in enumerate(fs):
+                part = f(block)
+                totals[i] = part if totals[i] is None else _add(totals[i], part)
+    return tuple(totals)
 
 
 def _partition_map(f, rows_per_block, X, y, w, off, y_dtype):
@@ -122,6 +138,7 @@ class DaskRows(RowSource):
         self._has_weight, self._has_offset = sample_weight is not None, offset is not None
         self._cache = []
         self._memo = []
+        self._recording = self._first_row = None
         self.n_passes = self.n_gathers = 0
 
     # The source is the data: a copy is the same source (no copy of the partitions), and
@@ -134,7 +151,7 @@ class DaskRows(RowSource):
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(client=None, _arrays=None, _parts=None, _cache=[], _memo=[])
+        state.update(client=None, _arrays=None, _parts=None, _cache=[], _memo=[], _first_row=None)
         return state
 
     @property
@@ -177,7 +194,53 @@ class DaskRows(RowSource):
             cells.append((v.dtype.str, v.shape, v.tobytes()) if isinstance(v, np.ndarray) else id(v))
         return (code, rows_per_block, tuple(cells))
 
+    def together(self, *calls):
+        """``[call() for call in calls]``, their full-data passes made as one pass.
+
+        Each call (a model method bound to its arguments, such as the log posterior and the
+        Hessian at one point) is first run against a one-row stand-in to learn which block
+        functions it reduces; one task per partition then computes all of them from a
+        single read of the partition, and the calls run again, served from those sums.
+        """
+        recorded = []
+        self._recording = recorded
+        try:
+            for call in calls:
+                call()
+        finally:
+            self._recording = None
+        fs = [f for f, _ in recorded]
+        if fs:
+            rows_per_block = recorded[0][1]
+            self._check_attached()
+            self.n_passes += 1
+            futures = [
+                self.client.submit(
+                    _partition_sums, fs, rows_per_block, *self._partition_args(p), self.y_dtype, pure=False
+                )
+                for p in range(self.n_partitions)
+            ]
+            results = self.client.gather(futures)
+            for i, (f, rpb) in enumerate(recorded):
+                self._remember(self._memo_key(f, rpb), [r[i] for r in results], f)
+        return [call() for call in calls]
+
+    def _remember(self, key, results, f):
+        if key is not None:
+            # Each entry keeps ``f`` (and so the objects it closes over) alive, so that the ids
+            # in the keys cannot be reused by other objects.
+            self._memo = [(key, results, f)] + self._memo[: MEMO_SLOTS - 1]
+
+    def _stand_in(self, f, rows_per_block):
+        """What :meth:`together` returns while recording: ``f`` of one row, the sum's shape."""
+        self._recording.append((f, rows_per_block))
+        if self._first_row is None:
+            self._first_row = self.gather(np.zeros(1, dtype=np.intp))
+        return [f(self._first_row)]
+
     def _run(self, func, f, rows_per_block):
+        if self._recording is not None and func is _partition_sum:
+            return self._stand_in(f, rows_per_block)
         self._check_attached()
         key = self._memo_key(f, rows_per_block)
         for k, value, _ in self._memo:
@@ -189,10 +252,7 @@ class DaskRows(RowSource):
             for p in range(self.n_partitions)
         ]
         results = self.client.gather(futures)
-        if key is not None:
-            # Each entry keeps ``f`` (and so the objects it closes over) alive, so that the ids
-            # in the keys cannot be reused by other objects.
-            self._memo = [(key, results, f)] + self._memo[:3]
+        self._remember(key, results, f)
         return results
 
     def reduce_blocks(self, f, rows_per_block):
