@@ -169,7 +169,7 @@ class MinibatchGradient:
             if prefetch is not None:
                 # The rows of the whole queue are known now: a model whose rows live elsewhere
                 # (on a cluster) fetches them in one bulk request, not one per minibatch.
-                prefetch(batches)
+                prefetch(batches, owner=self)
             self._queue = list(batches)
         else:
             self._queue = list(rng.permutation(self._n_blocks))

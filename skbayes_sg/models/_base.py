@@ -410,10 +410,11 @@ class Model:
             setattr(clone, name, None)
         return clone
 
-    def prefetch_rows(self, idx):
-        """The rows ``idx`` (minibatches drawn ahead) will be read soon: a model whose rows live
-        elsewhere fetches them now, in one bulk request (see :meth:`RowSource.prefetch
-        <skbayes_sg.rows.RowSource.prefetch>`). Nothing to do for data in memory."""
+    def prefetch_rows(self, idx, owner=None):
+        """The rows ``idx`` (minibatches drawn ahead by ``owner``, a gradient estimator) will be
+        read soon: a model whose rows live elsewhere fetches them now, in one bulk request
+        (see :meth:`RowSource.prefetch <skbayes_sg.rows.RowSource.prefetch>`). Nothing to do
+        for data in memory."""
 
 
 class RowData:
@@ -424,9 +425,9 @@ class RowData:
     _data_attributes = ("rows",)
     rows = None
 
-    def prefetch_rows(self, idx):
+    def prefetch_rows(self, idx, owner=None):
         if self.rows is not None:
-            self.rows.prefetch(idx)
+            self.rows.prefetch(idx, owner)
 
     @property
     def X(self):

@@ -178,5 +178,5 @@ class WhitenedModel(Model):
     def without_data(self):
         return self.model.without_data()
 
-    def prefetch_rows(self, idx):
-        self.model.prefetch_rows(idx)
+    def prefetch_rows(self, idx, owner=None):
+        self.model.prefetch_rows(idx, owner)

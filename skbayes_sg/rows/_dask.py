@@ -12,12 +12,18 @@ dask and distributed are imported here only: the layer's other sources do not ne
 and the package does not depend on them.
 """
 
+import weakref
+
 import numpy as np
 
 from ._source import Block, RowSource, _add
 
-#: Prefetched row sets kept per source (one per chain's queue; more are dropped oldest first).
-PREFETCH_SLOTS = 16
+#: Prefetched row sets kept per source for prefetches without an owner (a queue of
+#: minibatches keeps its own, see :meth:`DaskRows.prefetch`); a gather of rows no set holds
+#: asks the partitions directly (the same rows, one more request).
+PREFETCH_SLOTS = 4
+#: Rows a prefetch fetches at most (a queue of 256 minibatches of 200 rows is 51,200).
+PREFETCH_MAX_ROWS = 2**16
 #: Results of full-data passes remembered (see :meth:`DaskRows.together`).
 MEMO_SLOTS = 8
 
@@ -137,6 +143,7 @@ class DaskRows(RowSource):
         self.y = self.sample_weight = self.offset = None
         self._has_weight, self._has_offset = sample_weight is not None, offset is not None
         self._cache = []
+        self._owned = weakref.WeakKeyDictionary()  # minibatch queue -> its prefetched rows
         self._memo = []
         self._recording = self._first_row = None
         self.n_passes = self.n_gathers = 0
@@ -151,7 +158,7 @@ class DaskRows(RowSource):
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(client=None, _arrays=None, _parts=None, _cache=[], _memo=[], _first_row=None)
+        state.update(client=None, _arrays=None, _parts=None, _cache=[], _owned=None, _memo=[], _first_row=None)
         return state
 
     @property
@@ -169,7 +176,8 @@ class DaskRows(RowSource):
     @property
     def nbytes(self):
         """Bytes held on the driver: the prefetched rows (the partitions are the workers')."""
-        return sum(sum(getattr(a, "nbytes", 0) for a in entry) for entry in self._cache)
+        entries = [*self._cache, *self._owned.values()]
+        return sum(sum(getattr(a, "nbytes", 0) for a in entry) for entry in entries)
 
     def _partition_args(self, p):
         return [None if parts is None else parts[p] for parts in self._parts]
@@ -280,18 +288,28 @@ class DaskRows(RowSource):
         return self.gather(np.arange(rows.start, rows.stop) if rows is not None else None)
 
     # -- gathers ------------------------------------------------------------------------------
-    def prefetch(self, idx):
+    def prefetch(self, idx, owner=None):
         """Gather the rows ``idx`` now, in one bulk request, for the gathers that will ask for them.
 
-        The rows are kept (deduplicated) until :data:`PREFETCH_SLOTS` later prefetches have
-        replaced them: each chain's minibatch queue is one slot.
+        The rows are kept (deduplicated) while their ``owner`` lives and until it prefetches
+        again: each minibatch queue holds the rows of its current queue, whatever the other
+        queues do. Rows prefetched without an owner stay until :data:`PREFETCH_SLOTS` later
+        such prefetches.
         """
-        uniq = np.unique(np.asarray(idx).ravel())
-        X, y, w, off = self._fetch(uniq)
-        self._cache = [(uniq, X, y, w, off)] + self._cache[: PREFETCH_SLOTS - 1]
+        idx = np.asarray(idx)
+        if idx.ndim == 2 and idx.size > PREFETCH_MAX_ROWS:
+            # Large minibatches (the step size's noise probe draws a queue of 4096-row ones and
+            # uses one): the first that fit; the others are asked for when they come.
+            idx = idx[: max(1, PREFETCH_MAX_ROWS // idx.shape[1])]
+        uniq = np.unique(idx.ravel())
+        entry = (uniq, *self._fetch(uniq))
+        if owner is None:
+            self._cache = [entry] + self._cache[: PREFETCH_SLOTS - 1]
+        else:
+            self._owned[owner] = entry
 
     def _fetch(self, flat):
-        """Rows ``flat`` (1-D) as ``(X float64, y, w, off)``: one task per partition holding some."""
+        """Rows ``flat`` (1-D) as ``(X, y, w, off)`` in the partitions' dtypes: one task per partition holding some."""
         self._check_attached()
         self.n_gathers += 1
         part = np.searchsorted(self.starts, flat, side="right") - 1
@@ -312,16 +330,16 @@ class DaskRows(RowSource):
             if pieces[0][j] is None:
                 out.append(None)
                 continue
-            stacked = np.concatenate([piece[j] for piece in pieces])[inverse]
-            out.append(np.asarray(stacked, dtype=np.float64) if j != 1 else stacked)
+            out.append(np.concatenate([piece[j] for piece in pieces])[inverse])
         return tuple(out)
 
     def _lookup(self, flat):
         """The rows ``flat`` from a prefetched set that holds them all, or None."""
-        for uniq, X, y, w, off in self._cache:
+        for entry in [*self._owned.values(), *self._cache]:
+            uniq = entry[0]
             pos = np.minimum(np.searchsorted(uniq, flat), uniq.size - 1)
             if np.array_equal(uniq[pos], flat):
-                return tuple(None if a is None else np.take(a, pos, axis=0) for a in (X, y, w, off))
+                return tuple(None if a is None else np.take(a, pos, axis=0) for a in entry[1:])
         return None
 
     def gather(self, idx, *, products_only=False):
@@ -335,6 +353,11 @@ class DaskRows(RowSource):
         if rows is None:
             rows = self._fetch(flat)
         X, y, w, off = rows
+        # The rows are kept in the partitions' dtypes (float32 features stay half the size);
+        # the models compute in float64.
+        X = np.asarray(X, dtype=np.float64)
+        w = None if w is None else np.asarray(w, dtype=np.float64)
+        off = None if off is None else np.asarray(off, dtype=np.float64)
         y = y if self.y_dtype is None else y.astype(self.y_dtype, copy=False)
         shape = idx.shape
         return Block(

@@ -186,11 +186,13 @@ class RowSource:
                 out[slice(None) if rows is None else rows] = part
         return outs if many else outs[0]
 
-    def prefetch(self, idx):
+    def prefetch(self, idx, owner=None):
         """The rows ``idx`` (an index array of any shape) will be gathered soon.
 
         A source whose rows live elsewhere fetches them now in one bulk request, so that the
         gathers that follow read them locally; in-memory sources have nothing to do.
+        ``owner`` (a minibatch queue) replaces its own earlier prefetch, which it no longer
+        needs; None: kept among the most recent ones.
         """
 
     def take_rows(self, a, idx):
