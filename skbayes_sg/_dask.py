@@ -146,6 +146,12 @@ def _check_fit_options(est):
             "batch_scheme='epochs' reorders the rows in memory; on dask input minibatches are drawn with "
             "replacement: use batch_scheme='replacement'."
         )
+    if est.n_jobs not in (None, 1):
+        raise ValueError(
+            f"n_jobs={est.n_jobs!r}: on dask input the chains run in the client's process, which gathers their "
+            "minibatch rows from the cluster's partitions (the passes over the data run on the workers); use "
+            "n_jobs=None."
+        )
     if est.warm_start and hasattr(est, "samples_"):
         raise ValueError("warm_start continues chains on in-memory data only; fit on dask input with warm_start=False.")
 
@@ -182,6 +188,7 @@ def fit_classifier(est, X, y, sample_weight=None):
         cw = codes.map_blocks(lambda c: per_class[c], dtype=np.float64)
         weights = cw if weights is None else cw * weights
     rows = DaskRows(X, codes, sample_weight=weights, client=client, persist=True)
+    rows.verbose = est.verbose
     est._seen_X = est._seen_y = None
     return est._fit(rows, None)
 
@@ -219,6 +226,7 @@ def fit_regressor(est, X, y, sample_weight=None):
         if est.y_mean_ != 0.0 or est.y_scale_ != 1.0:
             y = (y - est.y_mean_) / est.y_scale_
     rows = DaskRows(X, y, sample_weight=sample_weight, client=client, persist=True)
+    rows.verbose = est.verbose
     est._seen_X = est._seen_y = None
     return est._fit(rows, None)
 

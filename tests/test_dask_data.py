@@ -147,9 +147,10 @@ def test_gather_returns_rows_in_the_order_asked_one_task_per_partition(client):
     assert total[1] == ym.sum()
 
 
-def test_classifier_predictions_are_dask_arrays_computed_by_blocks(client):
+def test_classifier_predictions_are_dask_arrays_computed_by_blocks(client, capsys):
     X, y = lazy_data()
-    est = SGBayesLogisticRegression(random_state=0, n_iter=300, batch_size=100, n_chains=2).fit(X, y)
+    est = SGBayesLogisticRegression(random_state=0, n_iter=300, batch_size=100, n_chains=2, verbose=1).fit(X, y)
+    assert "pass 1 over the data" in capsys.readouterr().err  # the passes show progress
     proba = est.predict_proba(X)
     assert isinstance(proba, da.Array) and proba.chunks[0] == X.chunks[0]
     Xm = in_memory()[0]
@@ -182,6 +183,8 @@ def test_non_numeric_features_and_bad_values_are_refused(client):
         SGBayesLogisticRegression().fit(X, y + 0.5)
     with pytest.raises(ValueError, match="batch_scheme='replacement'"):
         SGBayesLogisticRegression(batch_scheme="epochs").fit(X, y)
+    with pytest.raises(ValueError, match="n_jobs=None"):
+        SGBayesLogisticRegression(n_jobs=2).fit(X, y)
 
 
 def test_non_numeric_dataframe_columns_name_them(client):

@@ -93,6 +93,20 @@ def _block(X, y, w, off, y_dtype, rows):
     )
 
 
+def _gather(client, futures, verbose, desc):
+    """``client.gather(futures)``; with ``verbose``, a progress bar of partitions done."""
+    if not verbose:
+        return client.gather(futures)
+    from distributed import as_completed
+
+    from .._progress import progress_bar
+
+    with progress_bar(len(futures), desc, unit="partitions") as bar:
+        for _ in as_completed(futures):
+            bar.update(1)
+    return client.gather(futures)
+
+
 class DaskRows(RowSource):
     """Rows of dask arrays chunked by rows, on the workers of a ``dask.distributed`` client.
 
@@ -123,6 +137,9 @@ class DaskRows(RowSource):
 
     keeps_row_state = False
     remote = True
+    #: With ``verbose > 0`` each full-data pass shows a progress bar of its partitions (the
+    #: chains' rounds show theirs).
+    verbose = 0
 
     def __init__(self, X, y, *, sample_weight=None, offset=None, y_dtype=None, client=None, persist=True):
         from distributed import futures_of, get_client
@@ -228,7 +245,7 @@ class DaskRows(RowSource):
                 )
                 for p in range(self.n_partitions)
             ]
-            results = self.client.gather(futures)
+            results = _gather(self.client, futures, self.verbose, f"pass {self.n_passes} over the data")
             for i, (f, rpb) in enumerate(recorded):
                 self._remember(self._memo_key(f, rpb), [r[i] for r in results], f)
         return [call() for call in calls]
@@ -259,7 +276,7 @@ class DaskRows(RowSource):
             self.client.submit(func, f, rows_per_block, *self._partition_args(p), self.y_dtype, pure=False)
             for p in range(self.n_partitions)
         ]
-        results = self.client.gather(futures)
+        results = _gather(self.client, futures, self.verbose, f"pass {self.n_passes} over the data")
         self._remember(key, results, f)
         return results
 
