@@ -37,7 +37,7 @@ def _client():
         ) from None
 
 
-def _as_dask_array(a, name, n_rows=None, row_chunks=None):
+def _as_dask_array(a, name, n_rows=None, row_chunks=None, numeric=True):
     """``a`` (a dask array, DataFrame or Series, or an in-memory 1-D array beside dask X) as a
     dask array, or a ValueError naming the problem and its fix."""
     import dask.array as da
@@ -67,7 +67,7 @@ def _as_dask_array(a, name, n_rows=None, row_chunks=None):
             f"call {name} = {name}.compute_chunk_sizes() first, or convert the DataFrame with "
             "to_dask_array(lengths=True)."
         )
-    if a.dtype.kind not in "biuf":
+    if numeric and a.dtype.kind not in "biuf":
         raise ValueError(
             f"{name} has dtype {a.dtype}, not numbers: convert it (for example {name}.astype(float)) or "
             "encode its categories first."
@@ -75,10 +75,11 @@ def _as_dask_array(a, name, n_rows=None, row_chunks=None):
     return a
 
 
-def check_dask_input(X, y, sample_weight=None):
+def check_dask_input(X, y, sample_weight=None, numeric_y=True):
     """``(X, y, sample_weight, feature_names)``: validated dask arrays chunked alike by rows.
 
-    Nothing is computed: shapes, dtypes and chunk sizes only.
+    Nothing is computed: shapes, dtypes and chunk sizes only. ``numeric_y`` False lets class
+    labels of any dtype through.
     """
     feature_names = None
     if hasattr(X, "columns"):
@@ -91,7 +92,7 @@ def check_dask_input(X, y, sample_weight=None):
     if len(X.chunks[1]) > 1:
         # Partitions are rows: one chunk across the columns (a cheap, per-row-block rechunk).
         X = X.rechunk({1: -1})
-    y = _as_dask_array(y, "y", X.shape[0], X.chunks[0])
+    y = _as_dask_array(y, "y", X.shape[0], X.chunks[0], numeric=numeric_y)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1:
@@ -161,7 +162,7 @@ def fit_classifier(est, X, y, sample_weight=None):
     encoded partition by partition, the model read through :class:`~skbayes_sg.rows.DaskRows`."""
     client = _client()
     _check_fit_options(est)
-    X, y, sample_weight, names = check_dask_input(X, y, sample_weight)
+    X, y, sample_weight, names = check_dask_input(X, y, sample_weight, numeric_y=False)
     X, y, sample_weight = _persist(client, X, y, sample_weight)
     _values_check(X, y, sample_weight, classifier=True)
     classes = np.unique(y.map_blocks(np.unique, dtype=y.dtype, chunks=((np.nan,) * y.numblocks[0],)).compute())

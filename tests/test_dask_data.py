@@ -151,6 +151,13 @@ def test_classifier_predictions_are_dask_arrays_computed_by_blocks(client, capsy
     X, y = lazy_data()
     est = SGBayesLogisticRegression(random_state=0, n_iter=300, batch_size=100, n_chains=2, verbose=1).fit(X, y)
     assert "pass 1 over the data" in capsys.readouterr().err  # the passes show progress
+    labels = np.array(["no", "yes"])
+    named = SGBayesLogisticRegression(random_state=0, n_iter=300, batch_size=100, n_chains=2).fit(
+        X, y.map_blocks(lambda c: labels[c], dtype=labels.dtype)
+    )
+    np.testing.assert_array_equal(named.classes_, labels)
+    np.testing.assert_array_equal(named.samples_, est.samples_)  # the same codes, the same draws
+    assert set(np.unique(named.predict(X[:500]).compute())) <= set(labels)
     proba = est.predict_proba(X)
     assert isinstance(proba, da.Array) and proba.chunks[0] == X.chunks[0]
     Xm = in_memory()[0]
