@@ -213,3 +213,24 @@ def test_dask_input_without_a_client_says_how_to_start_one():
     except ValueError:
         with pytest.raises(ValueError, match="Client"):
             _dask._client()
+
+
+def test_a_worker_lost_during_a_fit_costs_a_recomputation_not_the_posterior(client):
+    import os
+    import threading
+    import time
+
+    kw = dict(random_state=11, n_iter=1500, batch_size=100, n_chains=2)
+    reference = SGBayesLogisticRegression(**kw).fit(*lazy_data())
+    victim, pid = next(iter(client.run(os.getpid).items()))
+
+    def kill():
+        time.sleep(0.5)
+        os.kill(pid, 9)  # the nanny starts a new worker; the lost partitions are recomputed
+
+    killer = threading.Thread(target=kill)
+    killer.start()
+    again = SGBayesLogisticRegression(**kw).fit(*lazy_data())
+    killer.join()
+    np.testing.assert_array_equal(again.samples_, reference.samples_)
+    client.wait_for_workers(2, timeout=60)
