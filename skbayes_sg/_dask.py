@@ -232,6 +232,40 @@ def fit_regressor(est, X, y, sample_weight=None):
     return est._fit(rows, None)
 
 
+def fit_poisson(est, X, y, sample_weight=None, exposure=None, offset=None):
+    """``est.fit(X, y)`` for :class:`~skbayes_sg.SGBayesPoissonRegressor` on dask input: counts
+    checked on the workers, ``offset + log(exposure)`` a dask array in the partitions."""
+    import dask
+    import dask.array as da
+
+    client = _client()
+    _check_fit_options(est)
+    X, y, sample_weight, names = check_dask_input(X, y, sample_weight)
+    total = None
+    for name, a in (("offset", offset), ("exposure", exposure)):
+        a = _as_dask_array(a, name, X.shape[0], X.chunks[0])
+        if a is not None and a.chunks[0] != X.chunks[0]:
+            raise ValueError(f"X and {name} are chunked differently by rows: {name} = {name}.rechunk(X.chunks[0]).")
+        if a is not None:
+            a = da.log(a.astype(np.float64)) if name == "exposure" else a.astype(np.float64)
+            total = a if total is None else total + a
+    X, y, sample_weight, total = _persist(client, X, y, sample_weight, total)
+    _values_check(X, y, sample_weight, classifier=False)
+    (negative, bad_offset) = dask.compute((y < 0).any(), False if total is None else ~da.isfinite(total).all())
+    if negative:
+        raise ValueError(
+            "SGBayesPoissonRegressor needs non-negative targets (counts), but y has negative values; drop or "
+            "correct these rows, or use SGBayesLinearRegression for a target that can be negative."
+        )
+    if bad_offset:
+        raise ValueError("offset + log(exposure) is not finite for every row: exposure must be positive and finite.")
+    _set_input_attributes(est, X, names)
+    rows = DaskRows(X, y.astype(np.float64), sample_weight=sample_weight, offset=total, client=client, persist=True)
+    rows.verbose = est.verbose
+    est._seen_X = est._seen_y = est._seen_offset = None
+    return est._fit_with_offset(rows, None, None, None)
+
+
 def _persist(client, *arrays):
     """The arrays kept in the workers' memory (lazily defined ones are computed once)."""
     present = [a for a in arrays if a is not None]

@@ -11,7 +11,7 @@ distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
 import dask  # noqa: E402
 
-from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression  # noqa: E402
+from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression, SGBayesPoissonRegressor  # noqa: E402
 from skbayes_sg.rows import DaskRows  # noqa: E402
 
 CHUNK, N_CHUNKS, D = 2500, 4, 4
@@ -43,6 +43,8 @@ def _chunk(seed, kind):
     z = X.astype(float) @ BETA + 0.3
     if kind == "logistic":
         y = (rng.random(CHUNK) < 1.0 / (1.0 + np.exp(-z))).astype(np.int64)
+    elif kind == "poisson":
+        y = rng.poisson(np.exp(0.5 * z)).astype(np.float64)
     else:
         y = z + rng.standard_normal(CHUNK)
     return X, y
@@ -97,6 +99,17 @@ def test_linear_regression_on_dask_gives_the_in_memory_posterior(client):
     m_ref, s_ref = dask_fit.predict(X_mem, return_std=True)
     np.testing.assert_allclose(mean.compute(), m_ref, rtol=1e-10)
     np.testing.assert_allclose(std.compute(), s_ref, rtol=1e-10)
+
+
+@pytest.mark.statistical
+def test_poisson_regression_on_dask_gives_the_in_memory_posterior(client):
+    X, y = lazy_data("poisson")
+    exposure = da.full(X.shape[0], 2.0, chunks=X.chunks[0])
+    dask_fit = SGBayesPoissonRegressor(**KW).fit(X, y, exposure=exposure)
+    Xm, ym = in_memory("poisson")
+    memory_fit = SGBayesPoissonRegressor(**KW).fit(Xm, ym, exposure=np.full(ym.size, 2.0))
+    _assert_same_posterior(memory_fit, dask_fit)
+    np.testing.assert_allclose(dask_fit.predict(X[:100]).compute(), dask_fit.predict(Xm[:100]), rtol=1e-12)
 
 
 def test_draws_do_not_depend_on_the_number_of_workers(client):
