@@ -142,6 +142,12 @@ def _values_check(X, y, sample_weight, classifier):
 
 def _check_fit_options(est):
     """Options that dask input does not support, with the alternative."""
+    if not getattr(est, "_supports_multilevel", True) or not getattr(est, "_auto_control_variate", True):
+        # The DRBM: a model over in-memory rows only (not a GLM over a row source).
+        raise ValueError(
+            f"{type(est).__name__} does not fit on dask arrays; compute them first (X.compute(), y.compute()) "
+            "or use SGBayesLogisticRegression."
+        )
     if est.batch_scheme != "replacement":
         raise ValueError(
             "batch_scheme='epochs' reorders the rows in memory; on dask input minibatches are drawn with "

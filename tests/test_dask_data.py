@@ -205,6 +205,10 @@ def test_non_numeric_features_and_bad_values_are_refused(client):
         SGBayesLogisticRegression(batch_scheme="epochs").fit(X, y)
     with pytest.raises(ValueError, match="n_jobs=None"):
         SGBayesLogisticRegression(n_jobs=2).fit(X, y)
+    from skbayes_sg import SGBayesDRBMClassifier
+
+    with pytest.raises(ValueError, match=r"does not fit on dask arrays.*compute\(\)"):
+        SGBayesDRBMClassifier().fit(X, y)
 
 
 def test_non_numeric_dataframe_columns_name_them(client):
