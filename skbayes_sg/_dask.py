@@ -274,9 +274,9 @@ def fit_poisson(est, X, y, sample_weight=None, exposure=None, offset=None):
 
 def _persist(client, *arrays):
     """The arrays kept in the workers' memory (lazily defined ones are computed once)."""
-    present = [a for a in arrays if a is not None]
-    done = iter(client.persist(present))
-    return tuple(None if a is None else next(done) for a in arrays)
+    # One persist per array: persisting arrays that share parts of their graphs together
+    # (y computed from a column of X) broke later computations of X's slices in dask 2026.8.
+    return tuple(None if a is None else client.persist(a) for a in arrays)
 
 
 def _set_input_attributes(est, X, names):

@@ -148,7 +148,8 @@ class DaskRows(RowSource):
         arrays = [a for a in (X, y, sample_weight, offset)]
         present = [a for a in arrays if a is not None]
         if persist:
-            present = list(self.client.persist(present))
+            # One persist per array (see skbayes_sg._dask._persist).
+            present = [self.client.persist(a) for a in present]
         it = iter(present)
         arrays = [None if a is None else next(it) for a in arrays]
         self._arrays = arrays
