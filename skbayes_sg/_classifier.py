@@ -9,6 +9,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from . import _dask
 from ._estimator import BaseSGBayes, _check_target_length, epoch_permutation
 from ._validation import validate_data
 
@@ -120,6 +121,8 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         -------
         self : object
         """
+        if _dask.is_dask_collection(X):
+            return _dask.fit_classifier(self, X, y, sample_weight)
         first = not (self.warm_start and hasattr(self, "classes_"))
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=False)
         classes = _check_targets_and_find_classes(y)
@@ -277,6 +280,8 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         -------
         proba : ndarray of shape (n_samples, n_classes)
         """
+        if _dask.is_dask_collection(X):
+            return _dask.predict_blocks(self, "predict_proba", X)
         X = self._check_X(X)
         thetas, weights = self._predict_draws()
         proba = np.zeros((X.shape[0], self.classes_.size))
@@ -300,6 +305,8 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         -------
         log_proba : ndarray of shape (n_samples, n_classes)
         """
+        if _dask.is_dask_collection(X):
+            return _dask.predict_blocks(self, "predict_log_proba", X)
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
@@ -314,5 +321,7 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         -------
         y_pred : ndarray of shape (n_samples,)
         """
+        if _dask.is_dask_collection(X):
+            return _dask.predict_blocks(self, "predict", X)
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]

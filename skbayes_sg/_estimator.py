@@ -17,7 +17,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 from threadpoolctl import threadpool_limits
 
-from . import _run_length, diagnostics
+from . import _dask, _run_length, diagnostics
 from ._fit import fit_model
 from ._fit._messages import caller_stacklevel, convergence_messages
 from ._inference_data import inference_data
@@ -198,7 +198,7 @@ class BaseSGBayes(BaseEstimator):
             max_draws = max(floor, budget)
         return burn_in, min_adaptation, max_draws
 
-    def _batch_size(self, sampler, n_samples, n_params=1):
+    def _batch_size(self, sampler, n_samples, n_params=1, remote=False):
         if sampler.requires_full_data:
             if self.batch_size not in (None, "auto"):
                 raise ValueError(
@@ -209,7 +209,9 @@ class BaseSGBayes(BaseEstimator):
         if self.batch_size is None:
             return None
         if self.batch_size == "auto":
-            if n_samples * n_params <= FULL_DATA_WORK:
+            # Rows on a cluster (``remote``): a full-data gradient is a pass over the workers,
+            # never as cheap as a minibatch's, however small the data.
+            if n_samples * n_params <= FULL_DATA_WORK and not remote:
                 return None
             return min(self._auto_batch_size, n_samples)
         if self.batch_size > n_samples:
@@ -227,7 +229,9 @@ class BaseSGBayes(BaseEstimator):
         control variate all use it)."""
         cached = getattr(self, "_fit_map", None)
         if cached is None or cached[0] is not model:
-            self._fit_map = (model, _map_estimate(model))
+            # Rows on a cluster: Newton's method with one pass a step (see _dask.map_on_workers).
+            remote = getattr(getattr(model, "rows", None), "remote", False)
+            self._fit_map = (model, (_dask.map_on_workers if remote else _map_estimate)(model))
         return self._fit_map[1]
 
     def _initial_points(self, model):
@@ -282,7 +286,8 @@ class BaseSGBayes(BaseEstimator):
         model = self._build_model(X, y)
         if sample_weight is not None:
             model.set_sample_weight(sample_weight)
-        batch_size = self._batch_size(sampler, model.n_samples, model.n_params)
+        remote = getattr(getattr(model, "rows", None), "remote", False)
+        batch_size = self._batch_size(sampler, model.n_samples, model.n_params, remote)
         return fit_model(self, sampler, X, y, model, batch_size, streaming)
 
     def _start_rng(self):

@@ -9,6 +9,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from . import _dask
 from ._classifier import BaseSGBayesClassifier
 from ._docstrings import fill_docstring
 from ._estimator import BaseSGBayes, epoch_permutation
@@ -437,6 +438,8 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         -------
         self : object
         """
+        if _dask.is_dask_collection(X):
+            return _dask.fit_regressor(self, X, y, sample_weight)
         first = not (self.warm_start and hasattr(self, "samples_"))
         X, y = validate_data(self, X, y, dtype=np.float64, accept_sparse="csr", reset=first, y_numeric=True)
         if sample_weight is not None:
@@ -508,7 +511,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
 
     def _build_model(self, X, y):
         m, s = self.y_mean_, self.y_scale_
-        if m != 0.0 or s != 1.0:
+        if y is not None and (m != 0.0 or s != 1.0):  # (rows on a cluster arrive standardised)
             y = _standardised(y, m, s)
         tau = self.noise_precision
         return LinearRegressionModel(
@@ -669,6 +672,8 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         ``n_predict_draws``, in blocks of rows and draws with one matrix product per block.
         """
         check_is_fitted(self, "samples_")
+        if _dask.is_dask_collection(X):
+            return _dask.predict_blocks(self, "predict", X, return_std=return_std)
         X = validate_data(self, X, dtype=np.float64, accept_sparse="csr", reset=False)
         W, b, _ = self._model.unpack(self._flat_samples())
         mean = np.asarray(X @ self._posterior_mean(W[..., 0])).ravel() + self._posterior_mean(b[:, 0])

@@ -161,10 +161,17 @@ class MinibatchGradient:
         return slice(self._bounds[item], self._bounds[item + 1]), float(self._n_blocks)
 
     def _fill_queue(self, rng):
-        if self._rows_dist is not None:
-            self._queue = list(self._rows_dist.draw(rng, (self._block, self.batch_size)))
-        elif self.scheme == "replacement":
-            self._queue = list(rng.integers(0, self.n_samples, size=(self._block, self.batch_size)))
+        if self.scheme == "replacement":
+            if self._rows_dist is not None:
+                batches = self._rows_dist.draw(rng, (self._block, self.batch_size))
+            else:
+                batches = rng.integers(0, self.n_samples, size=(self._block, self.batch_size))
+            prefetch = getattr(self.model, "prefetch_rows", None)
+            if prefetch is not None:
+                # The rows of the whole queue are known now: a model whose rows live elsewhere
+                # (on a cluster) fetches them in one bulk request, not one per minibatch.
+                prefetch(batches, owner=self)
+            self._queue = list(batches)
         else:
             self._queue = list(rng.permutation(self._n_blocks))
         self._queue.reverse()

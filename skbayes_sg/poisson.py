@@ -6,6 +6,7 @@ from sklearn.metrics import d2_tweedie_score
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from . import _dask
 from ._docstrings import fill_docstring
 from ._estimator import BaseSGBayes, _check_target_length, epoch_permutation
 from ._validation import validate_data
@@ -233,6 +234,8 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
         -------
         self : object
         """
+        if _dask.is_dask_collection(X):
+            return _dask.fit_poisson(self, X, y, sample_weight, exposure, offset)
         first = not (self.warm_start and hasattr(self, "samples_"))
         X, y, sample_weight, off = self._validate_fit_data(X, y, sample_weight, exposure, offset, reset=first)
         self._seen_X = self._seen_y = self._seen_offset = None
@@ -368,6 +371,13 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
         y_std : ndarray of shape (n_samples,)
             Only when ``return_std`` is True.
         """
+        if _dask.is_dask_collection(X):
+            if exposure is not None or offset is not None:
+                raise ValueError(
+                    "predict on a dask X takes no exposure or offset yet: add log(exposure) + offset to the "
+                    "predicted log rate, or compute X's rows."
+                )
+            return _dask.predict_blocks(self, "predict", X, return_std=return_std)
         X, offset = self._validate_predict_data(X, exposure, offset)
         mean, var = self._rate_moments(X, offset)
         if not return_std:

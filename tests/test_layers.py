@@ -41,6 +41,7 @@ LAYERS = (
             "skbayes_sg._classifier",
             "skbayes_sg._estimator",
             "skbayes_sg._inference_data",
+            "skbayes_sg._dask",
             "skbayes_sg.metrics",
         ),
     ),

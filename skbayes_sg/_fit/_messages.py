@@ -207,7 +207,7 @@ def convergence_advice(est, sampler, X):
             f"step_size={est.diagnostics_['step_size']:.3g} was set by hand: step_size='auto' sets it from the "
             "posterior's curvature and the gradient noise."
         )
-    if est.diagnostics_.get("preconditioner") != "dense":
+    if est.diagnostics_.get("preconditioner") != "dense" and hasattr(X, "shape"):  # (not rows on a cluster)
         # Without the MAP-Hessian whitening the chains run in the features' own units, and
         # features on scales orders of magnitude apart make the posterior too elongated
         # for any one step size.

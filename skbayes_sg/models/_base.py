@@ -424,6 +424,12 @@ class Model:
             setattr(clone, name, None)
         return clone
 
+    def prefetch_rows(self, idx, owner=None):
+        """The rows ``idx`` (minibatches drawn ahead by ``owner``, a gradient estimator) will be
+        read soon: a model whose rows live elsewhere fetches them now, in one bulk request
+        (see :meth:`RowSource.prefetch <skbayes_sg.rows.RowSource.prefetch>`). Nothing to do
+        for data in memory."""
+
 
 class RowData:
     """The data of a model that reads its rows through a row source ``self.rows``
@@ -432,6 +438,10 @@ class RowData:
 
     _data_attributes = ("rows",)
     rows = None
+
+    def prefetch_rows(self, idx, owner=None):
+        if self.rows is not None:
+            self.rows.prefetch(idx, owner)
 
     @property
     def X(self):

@@ -180,3 +180,6 @@ class WhitenedModel(Model):
 
     def without_data(self):
         return self.model.without_data()
+
+    def prefetch_rows(self, idx, owner=None):
+        self.model.prefetch_rows(idx, owner)

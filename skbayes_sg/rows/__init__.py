@@ -5,13 +5,15 @@ one gather of an index array, full-data passes by reductions over blocks of rows
 implementations here hold the rows in memory (:class:`ArrayRows`, dense or sparse), as a
 one-byte copy of integer-valued features (:class:`ByteRows`), as padded sparse rows
 (:class:`PaddedRows`) or in a memory map (:class:`MemmapRows`); :func:`as_row_source`
-chooses among them. The layer imports nothing else of the package.
+chooses among them; :class:`DaskRows` reads the partitions of dask arrays on a cluster. The
+layer imports nothing else of the package.
 """
 
 import numpy as np
 import scipy.sparse as sp
 
 from ._array import ArrayRows, MemmapRows
+from ._dask import DaskRows
 from ._narrow import ByteRows, narrow_copy
 from ._padded import EllRows, PaddedRows
 from ._source import Block, RowSource, aligned, aligned_state, memory_mapped, row_block, transpose
@@ -70,6 +72,7 @@ __all__ = [
     "ArrayRows",
     "Block",
     "ByteRows",
+    "DaskRows",
     "EllRows",
     "MemmapRows",
     "PaddedRows",

@@ -143,6 +143,9 @@ class RowSource:
     """
 
     keeps_row_state = True
+    #: Whether the rows live in other processes (a cluster's workers): every full-data pass
+    #: is then a round trip, and ``batch_size="auto"`` never chooses full-data gradients.
+    remote = False
     y = sample_weight = offset = y_dtype = None
 
     def __setstate__(self, state):
@@ -218,6 +221,15 @@ class RowSource:
             for out, part in zip(outs, parts if many else (parts,)):
                 out[slice(None) if rows is None else rows] = part
         return outs if many else outs[0]
+
+    def prefetch(self, idx, owner=None):
+        """The rows ``idx`` (an index array of any shape) will be gathered soon.
+
+        A source whose rows live elsewhere fetches them now in one bulk request, so that the
+        gathers that follow read them locally; in-memory sources have nothing to do.
+        ``owner`` (a minibatch queue) replaces its own earlier prefetch, which it no longer
+        needs; None: kept among the most recent ones.
+        """
 
     def take_rows(self, a, idx):
         """Rows ``idx`` of a per-row array ``a`` (weights, offsets, a model's per-row cache)."""
