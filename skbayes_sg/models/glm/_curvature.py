@@ -125,6 +125,23 @@ class CurvatureMixin:
             self._extra_hessian_columns(theta, H)
         return H
 
+    def hessian_of_rows(self, theta, idx):
+        """The Hessian of the negative log posterior with the likelihood's part estimated from
+        the rows ``idx`` (their sum scaled by ``N / len(idx)``), or None for a family with
+        extra parameters. O(len(idx) P^2): Newton's first steps on large data
+        (:func:`skbayes_sg.models._map._newton_map`)."""
+        if self._n_extra:
+            return None
+        block = self.rows.gather(idx)
+        if self.n_outputs == 1:
+            H = self._hessian_block(theta, block)
+        else:
+            Dt = self.n_features + (1 if self.fit_intercept else 0)
+            H = self._hessian_multi_block(theta, block, Dt).reshape(self.n_params, self.n_params)
+        H *= self.n_samples / len(idx)
+        H[np.diag_indices_from(H)] += self.prior_precision
+        return H
+
     def _hessian_block(self, theta, block):
         """A block's ``X~' diag(w) X~`` (one output), shape (D (+ 1), D (+ 1))."""
         X = block.X
