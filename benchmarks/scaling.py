@@ -17,7 +17,7 @@
 3. Chains against workers: wall time of 4 chains with ``n_jobs`` = 1 and 2.
 4. (``default``) The default fit against ``LogisticRegression`` on synthetic logistic data
    (D = 28 standard-normal features, N = 1e5, 1e6, 4e6), in one interleaved run: per N the
-   median wall time of ``--repeats`` default fits (``n_jobs=2``) and of as many
+   median wall time of ``--repeats`` default fits (``--n-jobs``, default 2) and of as many
    ``LogisticRegression(C=1/alpha)`` fits, their ratio, the set-up's share (everything
    before the first chain step: validation, MAP, Hessian, leverages, row sampler, noise
    probe) and the fit's exactness against the Laplace approximation at the MAP (rms of the
@@ -140,7 +140,7 @@ def laplace_exactness(est, X, y):
     }
 
 
-def default_vs_sklearn(sizes, repeats):
+def default_vs_sklearn(sizes, repeats, n_jobs=2):
     """Section 4: the default fit and predict_proba against LogisticRegression, interleaved."""
     from sklearn.linear_model import LogisticRegression
 
@@ -159,7 +159,7 @@ def default_vs_sklearn(sizes, repeats):
     fitted = {}
     for _ in range(repeats):
         for n, (X, y) in data.items():
-            est = SGBayesLogisticRegression(random_state=0, n_jobs=2)
+            est = SGBayesLogisticRegression(random_state=0, n_jobs=n_jobs)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 t0 = time.perf_counter()
@@ -177,6 +177,7 @@ def default_vs_sklearn(sizes, repeats):
             "section": "default",
             "n_rows": n,
             "n_features": X.shape[1],
+            "n_jobs": n_jobs,
             "repeats": repeats,
             "fit_s": round(med["skbayes_sg"], 3),
             "setup_s": round(med["setup"], 3),
@@ -233,9 +234,10 @@ def main():
     )
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats of the default section")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), help="N of the default section")
+    parser.add_argument("--n-jobs", type=int, default=2, help="n_jobs of the default section's fits")
     args = parser.parse_args()
     if "default" in args.sections:
-        default_vs_sklearn(args.sizes[:2] if args.quick else args.sizes, args.repeats)
+        default_vs_sklearn(args.sizes[:2] if args.quick else args.sizes, args.repeats, args.n_jobs)
     n_iter = 300 if args.quick else 2000
     max_rows = min(args.max_rows, 1_000_000) if args.quick else args.max_rows
 

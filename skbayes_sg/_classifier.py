@@ -266,8 +266,8 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
 
         The average runs over the ``n_predict_draws_`` draws chosen by ``n_predict_draws``
         (all of them with ``n_predict_draws=None``), in blocks of rows and draws with one
-        matrix product per block and temporaries of at most 2^22 floats (32 MiB) each, whatever
-        the sizes.
+        matrix product per block and temporaries of at most 2^18 floats (2 MiB, in cache) each,
+        whatever the sizes; many blocks run on one BLAS thread.
 
         Parameters
         ----------
