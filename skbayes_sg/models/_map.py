@@ -220,16 +220,23 @@ def _sample_rows(model):
     N = model.n_samples
     if getattr(model, "hessian_of_rows", None) is None or N < SAMPLE_MIN_ROWS:
         return None
-    # A fixed generator: the same data give the same MAP. Sorted rows read X in order.
-    return np.sort(np.random.default_rng(0).choice(N, SAMPLE_ROWS, replace=False))
+    # A fixed generator: the same data give the same MAP. Drawn with replacement and
+    # deduplicated (np.unique sorts them, so X is read in order): a draw without replacement
+    # would permute all N rows, an allocation that grows with N (none may, on memmapped X).
+    return np.unique(np.random.default_rng(0).integers(0, N, SAMPLE_ROWS))
 
 
 def _sample_objective(model, rows):
     """The log posterior with the likelihood estimated from ``rows`` (scaled to N), and its gradient."""
     scale = model.n_samples / rows.size
+    step = model._block_rows() if hasattr(model, "_block_rows") else rows.size
+    chunks = [rows[i : i + step] for i in range(0, rows.size, step)]  # a full-data pass's blocks
 
     def objective(theta):
-        ll, gl = model.log_likelihood_and_grad(theta, rows)
+        ll, gl = 0.0, 0.0
+        for chunk in chunks:
+            ll_c, gl_c = model.log_likelihood_and_grad(theta, chunk)
+            ll, gl = ll + ll_c, gl + gl_c
         lp, gp = model.log_prior_and_grad(theta)
         return scale * ll + lp, scale * gl + gp
 

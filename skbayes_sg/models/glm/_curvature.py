@@ -132,12 +132,15 @@ class CurvatureMixin:
         (:func:`skbayes_sg.models._map._newton_map`)."""
         if self._n_extra:
             return None
-        block = self.rows.gather(idx)
-        if self.n_outputs == 1:
-            H = self._hessian_block(theta, block)
-        else:
-            Dt = self.n_features + (1 if self.fit_intercept else 0)
-            H = self._hessian_multi_block(theta, block, Dt).reshape(self.n_params, self.n_params)
+        Dt = self.n_features + (1 if self.fit_intercept else 0)
+        H = 0.0
+        step = self._block_rows()
+        for start in range(0, len(idx), step):  # by blocks: the memory of a full-data pass's block
+            block = self.rows.gather(idx[start : start + step])
+            if self.n_outputs == 1:
+                H = H + self._hessian_block(theta, block)
+            else:
+                H = H + self._hessian_multi_block(theta, block, Dt).reshape(self.n_params, self.n_params)
         H *= self.n_samples / len(idx)
         H[np.diag_indices_from(H)] += self.prior_precision
         return H
