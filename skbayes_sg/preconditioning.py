@@ -34,7 +34,7 @@ def resolve_preconditioner(kind, n_params):
     return kind
 
 
-def curvature_factor(model, theta_hat, kind):
+def curvature_factor(model, theta_hat, kind, hessian=None):
     """``L`` with ``L L' ~ H^-1`` at ``theta_hat``: lower-triangular (P, P) or a diagonal (P,).
 
     ``"dense"``: the Cholesky factor of the inverse Hessian. ``"diag"``: ``1 / sqrt(H_jj)``.
@@ -48,6 +48,9 @@ def curvature_factor(model, theta_hat, kind):
     model : Model
     theta_hat : ndarray of shape (P,)
     kind : {"dense", "diag"}
+    hessian : callable, optional
+        ``hessian(model, theta_hat)``, the dense Hessian (default ``model.hessian``): the
+        estimators pass one that reuses the Hessian their MAP search left at ``theta_hat``.
 
     Returns
     -------
@@ -59,7 +62,7 @@ def curvature_factor(model, theta_hat, kind):
         if kind == "diag":
             d = np.abs(model.hessian_diagonal(theta_hat))
         else:
-            H = model.hessian(theta_hat)
+            H = model.hessian(theta_hat) if hessian is None else hessian(model, theta_hat)
     if kind == "diag":
         if not np.all(np.isfinite(d)):
             raise ValueError(

@@ -121,6 +121,42 @@ def test_row_distribution_draws_its_probabilities():
     assert np.abs(z).max() < 5.0
 
 
+@pytest.mark.parametrize("kind", ["skewed", "ties", "zeros", "uniform", "one_row"])
+def test_row_distribution_alias_table_is_exact(kind):
+    # The table's columns give row i the mass accept_i + sum_{k: alias_k = i} (1 - accept_k),
+    # which must be N p_i up to rounding: ties (equal weights), zero rows and a single row included.
+    rng = np.random.default_rng(5)
+    N = 1 if kind == "one_row" else 997
+    p = {
+        "skewed": rng.random(N) ** 6,
+        "ties": rng.integers(1, 4, N).astype(float),
+        "zeros": np.where(rng.random(N) < 0.3, 0.0, rng.random(N)),
+        "uniform": np.ones(N),
+        "one_row": np.ones(N),
+    }[kind]
+    dist = RowDistribution(p)
+    mass = dist.accept.copy()
+    np.add.at(mass, dist.alias, 1.0 - dist.accept)
+    np.testing.assert_allclose(mass / N, p / p.sum(), rtol=0, atol=1e-12)
+    assert np.all((dist.accept >= 0) & (dist.accept <= 1))
+    if kind == "zeros":
+        draws = dist.draw(rng, 200_000)
+        assert not np.any(p[draws] == 0)
+
+
+def test_row_distribution_chi_square():
+    # Pearson's chi-square of 2e6 draws against p over 200 rows of very unequal probability.
+    from scipy.stats import chi2
+
+    rng = np.random.default_rng(6)
+    p = rng.random(200) ** 3 + 1e-3
+    p /= p.sum()
+    n = 2_000_000
+    counts = np.bincount(RowDistribution(p).draw(rng, n), minlength=p.size)
+    stat = np.sum((counts - n * p) ** 2 / (n * p))
+    assert chi2.sf(stat, p.size - 1) > 1e-3, stat
+
+
 @pytest.mark.parametrize("cls", [ControlVariateGradient, TaylorControlVariateGradient])
 @pytest.mark.parametrize("importance", [False, True])
 def test_control_variate_force_is_unbiased_and_exact_at_its_centre(importance, cls):

@@ -125,6 +125,26 @@ class CurvatureMixin:
             self._extra_hessian_columns(theta, H)
         return H
 
+    def hessian_of_rows(self, theta, idx):
+        """The Hessian of the negative log posterior with the likelihood's part estimated from
+        the rows ``idx`` (their sum scaled by ``N / len(idx)``), or None for a family with
+        extra parameters. O(len(idx) P^2): Newton's first steps on large data
+        (:func:`skbayes_sg.models._map._newton_map`)."""
+        if self._n_extra:
+            return None
+        Dt = self.n_features + (1 if self.fit_intercept else 0)
+        H = 0.0
+        step = self._block_rows()
+        for start in range(0, len(idx), step):  # by blocks: the memory of a full-data pass's block
+            block = self.rows.gather(idx[start : start + step])
+            if self.n_outputs == 1:
+                H = H + self._hessian_block(theta, block)
+            else:
+                H = H + self._hessian_multi_block(theta, block, Dt).reshape(self.n_params, self.n_params)
+        H *= self.n_samples / len(idx)
+        H[np.diag_indices_from(H)] += self.prior_precision
+        return H
+
     def _hessian_block(self, theta, block):
         """A block's ``X~' diag(w) X~`` (one output), shape (D (+ 1), D (+ 1))."""
         X = block.X

@@ -24,6 +24,8 @@ def feature_scales(X, sample_weight=None, center=True):
     first divided by its largest ``|x|`` and shifted by the first row, so that features near
     1e300 do not overflow the squares and large means do not cancel the variance.
     """
+    if hasattr(X, "reduce_blocks"):
+        return _row_source_scales(X, center)
     n, D = X.shape
     w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
     total_w = float(w.sum())
@@ -52,6 +54,25 @@ def feature_scales(X, sample_weight=None, center=True):
     mean = s1 / total_w
     var = s2 / total_w - mean * mean if center else s2 / total_w
     return size * np.sqrt(np.maximum(var, 0.0))
+
+
+def _row_source_scales(rows, center):
+    """:func:`feature_scales` of a row source (the partitions of a dask array): one pass of
+    per-block sums, with the row source's own weights, shifted by the first row so that large
+    means do not cancel the variance."""
+    shift = np.asarray(rows.gather(np.array([0])).X, dtype=float).ravel() if center else 0.0
+
+    def sums(block):
+        Xb = np.asarray(block.X, dtype=float) - shift
+        w = np.ones(Xb.shape[0]) if block.sample_weight is None else np.asarray(block.sample_weight, dtype=float)
+        return float(w.sum()), w @ Xb, w @ (Xb * Xb)
+
+    total_w, s1, s2 = rows.reduce_blocks(sums, 1 << 16)
+    if total_w <= 0:
+        return np.zeros(rows.n_features)
+    mean = s1 / total_w
+    var = s2 / total_w - mean * mean if center else s2 / total_w
+    return np.sqrt(np.maximum(var, 0.0))
 
 
 def auto_alpha(X, sample_weight=None, center=True):
@@ -177,6 +198,7 @@ def resolve_alpha(alpha, previous, X, sample_weight=None, center=True):
     target keeps its prior as data arrive) when it fits ``X``, else :func:`auto_alpha`."""
     if not (isinstance(alpha, str) and alpha == "auto"):
         return alpha
-    if previous is not None and np.shape(previous) == (X.shape[1],):
+    n_features = X.n_features if hasattr(X, "n_features") else X.shape[1]
+    if previous is not None and np.shape(previous) == (n_features,):
         return previous
     return auto_alpha(X, sample_weight, center)

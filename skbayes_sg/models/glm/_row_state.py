@@ -80,6 +80,12 @@ class RowStateMixin:
         weights over the outputs.
         """
 
+        if self.n_outputs == 1 and self._cache_row_norms and L.dtype == float:
+            # q_i = ||L' x~_i||^2 is the chains' row weights too (whitened_row_weights, the
+            # same L): computed once for both, an O(N D P) pass saved.
+            q = self.whitened_row_weights(L, None)
+            return self.rows.map_rows(lambda block: self._predictor_weights(theta, block)[:, 0], self._block_rows()) * q
+
         def leverages(block):
             w = self._predictor_weights(theta, block).sum(axis=1)
             return w * self._row_weights_of(L, block.X)

@@ -1,0 +1,93 @@
+"""The set-up a fit pays before its chains: the MAP by Newton's method on large data (sample
+Hessians first, then the exact one), the MAP's Hessian handed to the preconditioner."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.linalg import cho_factor, cho_solve
+
+from skbayes_sg.models import LinearRegressionModel, LogisticModel, PoissonModel, SoftmaxModel, _map
+from skbayes_sg.preconditioning import curvature_factor
+
+
+def _data(N, D=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((N, D))
+    eta = X @ (0.5 * rng.standard_normal(D)) + 0.3
+    return X, eta, rng
+
+
+def _models(N):
+    X, eta, rng = _data(N)
+    yield LogisticModel(X, (rng.random(N) < 1 / (1 + np.exp(-eta))).astype(float))
+    yield LogisticModel(sp.csr_matrix(X * (rng.random(X.shape) < 0.5)), (rng.random(N) < 0.5).astype(float))
+    yield PoissonModel(X, rng.poisson(np.exp(0.3 * eta)))
+    yield SoftmaxModel(X, rng.integers(0, 3, N), n_classes=3)
+    yield LinearRegressionModel(X, eta + rng.standard_normal(N))  # an extra parameter: exact Hessians only
+
+
+def _tight_mode(model, theta):
+    """Three more exact Newton steps from ``theta``, and the posterior sds there."""
+    for _ in range(3):
+        H = model.hessian(theta)
+        theta = theta + cho_solve(cho_factor(H), model.log_posterior_and_grad(theta)[1])
+    return theta, np.sqrt(np.diag(np.linalg.inv(model.hessian(theta))))
+
+
+@pytest.fixture
+def small_sample(monkeypatch):
+    # The sample-Hessian path at test sizes: a sample of 512 rows from 2,048 rows up.
+    monkeypatch.setattr(_map, "SAMPLE_ROWS", 512)
+    monkeypatch.setattr(_map, "SAMPLE_MIN_ROWS", 2048)
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_newton_with_sample_hessians_reaches_the_mode(small_sample, index):
+    model = list(_models(6000))[index]
+    calls = []
+    exact = model.hessian
+    model.hessian = lambda theta: calls.append(1) or exact(theta)
+    theta = _map._map_estimate(model)
+    del model.hessian
+    ref, sd = _tight_mode(model, theta)
+    if index == 4:
+        # No sample Hessian (the noise precision): exact Newton, to its test of 1e-3 sd.
+        assert np.max(np.abs(theta - ref) / sd) < 1e-3
+        return
+    # Far below the 1e-3 sd the Newton test asks: the last exact step is taken.
+    assert np.max(np.abs(theta - ref) / sd) < 1e-7
+    np.testing.assert_allclose(theta, ref, rtol=1e-9, atol=1e-10 * np.abs(ref).max())
+    assert len(calls) <= 2  # the sample steps leave one (rarely two) exact Hessians
+
+
+def test_sample_hessian_of_all_rows_is_the_hessian():
+    for model in list(_models(700))[:4]:
+        theta = 0.1 * np.random.default_rng(1).standard_normal(model.n_params)
+        rows = np.arange(model.n_samples)
+        np.testing.assert_allclose(model.hessian_of_rows(theta, rows), model.hessian(theta), rtol=1e-12, atol=1e-9)
+        # Every row twice, scaled by N / 2N: the same likelihood part, the prior's once.
+        twice = model.hessian_of_rows(theta, np.repeat(rows, 2))
+        np.testing.assert_allclose(twice, model.hessian(theta), rtol=1e-12, atol=1e-9)
+
+
+def test_map_hessian_is_handed_to_the_preconditioner_once(small_sample):
+    model = next(_models(6000))
+    theta = _map._map_estimate(model)
+    calls = []
+    exact = model.hessian
+    model.hessian = lambda t: calls.append(1) or exact(t)
+    L = curvature_factor(model, theta, "dense", _map.hessian_at)
+    assert calls == []  # Newton's last Hessian, no second pass
+    L_exact = curvature_factor(model, theta, "dense", _map.hessian_at)
+    assert calls == [1]  # handed over once: a second call computes it
+    # The handed-over Hessian is at the last Newton iterate, within 1e-3 sd of the MAP.
+    np.testing.assert_allclose(L, L_exact, rtol=1e-4, atol=1e-6 * np.abs(L_exact).max())
+
+
+def test_small_data_keep_exact_newton():
+    # Below SAMPLE_MIN_ROWS the iterates are the exact Newton's (the draws of small fits stay put).
+    model = next(_models(3000))
+    calls = []
+    model.hessian_of_rows = lambda *a: calls.append(1)
+    _map._map_estimate(model)
+    assert calls == []
