@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-A9A = Path(os.environ.get("A9A", "/work/shared/data/a9a.npz"))
+A9A = Path(os.environ.get("A9A", ROOT.parent / "shared" / "data" / "a9a.npz"))
 
 CHILD = r"""
 import json, sys, time, warnings
