@@ -433,8 +433,17 @@ def _check_chains(chains, sampler, t):
             type(sampler).__name__,
             chains.step_size,
             f"chain {chain}'s state became non-finite by iteration {t + 1}",
+            _divergence_fixes(sampler),
             iteration=t + 1,
         )
+
+
+def _divergence_fixes(sampler):
+    """What else helps a diverging chain: only the momentum samplers have a friction to increase
+    (SGLD and gadMALA have none)."""
+    if hasattr(sampler, "friction"):
+        return "standardise the features, or increase the friction"
+    return "or standardise the features"
 
 
 def _generator(state):
@@ -481,13 +490,11 @@ def check_finite(
 
 def _check_finite(state, sampler, t):
     if not state.is_finite():
-        # Only the momentum samplers have a friction to increase (SGLD and gadMALA have none).
-        fixes = "standardise the features, or increase the friction" if hasattr(sampler, "friction") else None
         raise divergence_error(
             type(sampler).__name__,
             state.step_size,
             f"the chain's state became non-finite by iteration {t + 1}",
-            fixes or "or standardise the features",
+            _divergence_fixes(sampler),
             iteration=t + 1,
         )
 
