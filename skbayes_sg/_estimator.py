@@ -359,8 +359,8 @@ class BaseSGBayes(BaseEstimator):
         summary : skbayes_sg.diagnostics.PosteriorSummary
             A dict of columns (``parameter``, ``mean``, ``sd``, ``ci_lower``, ``ci_upper``,
             ``ess_bulk``, ``ess_tail``, ``r_hat``, ``mcse_mean``) that prints as a table; for
-            the GLMs also ``prior_sd``, each coefficient's prior sd in the user's units (the
-            default ``alpha="auto"`` resolved, see :ref:`priors`).
+            the GLMs also ``prior_sd``, each coefficient's prior sd in the user's units (``alpha``, or
+            ``alpha="auto"`` resolved, see :ref:`priors`).
         """
         out = diagnostics.posterior_summary(self.samples_, self._param_names(feature_names), ci, self.sample_weight_)
         prior_sd = self._prior_sd()

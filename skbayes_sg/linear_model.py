@@ -70,8 +70,8 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     {n_jobs}
     {random_state}
     {init}
-    alpha : "auto", float or array-like of shape (n_features,) or (n_classes, n_features), \
-default="auto"
+    alpha : float, "auto" or array-like of shape (n_features,) or (n_classes, n_features), \
+default=1.0
         Prior precision of the weights: ``coef_[..., j] ~ N(0, 1 / alpha_j)``. ``"auto"``
         scales it to the features, ``alpha_j = sd_j^2`` with ``sd_j`` the standard deviation
         of feature ``j`` in the training data (its root mean square without
@@ -152,7 +152,7 @@ default="auto"
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha="auto",
+        alpha=1.0,
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,
@@ -261,7 +261,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     {n_jobs}
     {random_state}
     {init}
-    alpha : "auto", float or array-like of shape (n_features,), default="auto"
+    alpha : float, "auto" or array-like of shape (n_features,), default=1.0
         Prior precision of the weights: ``coef_[..., j] ~ N(0, y_scale_**2 / alpha_j)``:
         ``alpha`` is in units of ``y``'s standardised scale, so ``alpha_j = 1`` is a prior
         sd of one sd of ``y`` per unit of ``x_j``. ``"auto"`` scales it to the features,
@@ -382,7 +382,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha="auto",
+        alpha=1.0,
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,

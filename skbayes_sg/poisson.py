@@ -87,7 +87,7 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
     {n_jobs}
     {random_state}
     {init}
-    alpha : "auto", float or array-like of shape (n_features,), default="auto"
+    alpha : float, "auto" or array-like of shape (n_features,), default=1.0
         Prior precision of the weights: ``coef_[j] ~ N(0, 1 / alpha_j)``, in units of the
         log rate per unit of ``x_j``: ``alpha_j = 1`` puts 95% of the prior on rate ratios
         between 1/7 and 7 per unit of ``x_j``. ``"auto"`` scales it to the features,
@@ -163,7 +163,7 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha="auto",
+        alpha=1.0,
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,
