@@ -127,7 +127,7 @@ class LinearPerExampleGradients(PerExampleGradients):
         gather from norms the model computes once, on first need); makes
         :meth:`total_sum_of_squares` O(n K) instead of O(n D K). A callable is only called
         by that method, so samplers that never need the trace never pay for the norms, and
-        it is dropped when the operator is pickled (the norms are then recomputed from ``X``).
+        it is evaluated when the operator is pickled (its n values travel, not the model).
     """
 
     def __init__(self, X, R, fit_intercept, extra=None, row_sq_norms=None):
@@ -291,7 +291,9 @@ class LinearPerExampleGradients(PerExampleGradients):
         state = self.__dict__.copy()
         if callable(state["_row_sq_norms"]):
             # A closure over the model (and all of X): not what a chain state should carry.
-            state["_row_sq_norms"] = None
+            # Its values (n floats) travel instead, so that the unpickled operator's trace
+            # is the same sum, to the last bit, as this one's (see __init__).
+            state["_row_sq_norms"] = state["_row_sq_norms"]()
         return state
 
     def sum_of_squares(self):
@@ -388,10 +390,11 @@ class TransformedPerExampleGradients(PerExampleGradients):
     inner : PerExampleGradients
         The gradients in ``theta``.
     L : ndarray of shape (P, P) (lower triangular) or (P,) (a diagonal)
-    row_weights : callable, optional
-        Returns ``q_i = ||L' x_i||^2``-type weights such that the total sum of squares is
-        ``sum_i q_i r_i^2`` for a one-output GLM (see :meth:`total_sum_of_squares`);
-        without it that total costs an explicit ``n x P`` product.
+    row_weights : ndarray of shape (n,) or callable, optional
+        ``q_i = ||L' x_i||^2``-type weights (or a function returning them, evaluated when
+        the operator is pickled) such that the total sum of squares is ``sum_i q_i r_i^2``
+        for a one-output GLM (see :meth:`total_sum_of_squares`); without them that total
+        costs an explicit ``n x P`` product.
     """
 
     def __init__(self, inner, L, row_weights=None):
@@ -436,9 +439,10 @@ class TransformedPerExampleGradients(PerExampleGradients):
         if self.L.ndim == 1:
             return float(self.inner.sum_of_squares() @ (self.L * self.L))
         inner = self.inner
-        if self._row_weights is not None and getattr(inner, "_r", None) is not None and inner.extra is None:
+        q = self._row_weights
+        if q is not None and getattr(inner, "_r", None) is not None and inner.extra is None:
             r = inner._r
-            return float(self._row_weights() @ (r * r))
+            return float((q() if callable(q) else q) @ (r * r))
         return float(self.sum_of_squares().sum())
 
     def scale_rows(self, c):
@@ -446,7 +450,12 @@ class TransformedPerExampleGradients(PerExampleGradients):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_row_weights"] = None  # a closure over the model: not for a chain state
+        if callable(state["_row_weights"]):
+            # A closure over the model: not for a chain state. Its values (n floats) travel
+            # instead: without them the trace falls back on another summation order (the
+            # explicit G L), and a chain continued in a worker process drew other numbers
+            # in the last bits than in this one (mCCAdL's C step shifts by this trace).
+            state["_row_weights"] = state["_row_weights"]()
         return state
 
     def gram_dims(self):
