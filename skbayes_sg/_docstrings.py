@@ -133,6 +133,16 @@ class_weight : dict, "balanced" or None, default=None
 
 #: Attribute paragraphs of every fitted estimator, by attribute name.
 ATTRIBUTES = {
+    "alpha_": """\
+alpha_ : float or ndarray
+    The prior precisions of the weights the fit used: ``alpha`` as given, or what
+    ``"auto"`` resolved to: ``alpha_j = s_j^2`` (a prior sd of 1 per ``s_j`` of feature
+    ``j``) with ``s_j`` the feature's standard deviation (its root mean square without
+    ``fit_intercept``), its range ``max - min`` if it is binary, its absolute value if
+    constant; a float when every feature gets the same (all 0/1 columns, for example).
+    Fixed by the first fit or chunk of a continued one (``warm_start`` or
+    ``partial_fit``). ``summary()`` prints each coefficient's prior sd in the user's
+    units.""",
     "samples_": """\
 samples_ : ndarray of shape (n_chains, n_draws, n_params)
     Raw flat draws after burn-in and thinning.""",

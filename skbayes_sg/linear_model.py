@@ -70,18 +70,17 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     {n_jobs}
     {random_state}
     {init}
-    alpha : float, "auto" or array-like of shape (n_features,) or (n_classes, n_features), \
-default=1.0
+    alpha : "auto", float or array-like of shape (n_features,) or (n_classes, n_features), \
+default="auto"
         Prior precision of the weights: ``coef_[..., j] ~ N(0, 1 / alpha_j)``. ``"auto"``
-        scales it to the features, ``alpha_j = sd_j^2`` with ``sd_j`` the standard deviation
-        of feature ``j`` in the training data (its root mean square without
-        ``fit_intercept``): a prior sd of 1 on the logit per standard deviation of ``x_j``,
-        so that predictions do not depend on the features' units (the resolved values are
-        ``alpha_``; see :ref:`priors`). A float is the papers' isotropic prior per unit of
-        ``x_j`` (``1 / C`` of ``LogisticRegression``); an array gives each feature its own prior scale
-        ``s_j`` as ``alpha_j = 1 / s_j^2``, per class too with a 2-d array of ``coef_``'s
-        shape (see :ref:`priors`). Arrays can be searched over in ``GridSearchCV`` like any
-        other value.
+        scales it to the features (rstanarm's autoscale rule): a prior sd of 1 on the logit
+        per standard deviation of ``x_j``, per unit of its range ``max - min`` for a binary
+        feature (1 for a 0/1 column), so that predictions do not depend on the features'
+        units (the resolved precisions are ``alpha_``; see :ref:`priors`). A float is the
+        papers' isotropic prior per unit of ``x_j`` (``1 / C`` of ``LogisticRegression``);
+        an array gives each feature its own prior scale ``s_j`` as ``alpha_j = 1 / s_j^2``,
+        per class too with a 2-d array of ``coef_``'s shape (see :ref:`priors`). Arrays can
+        be searched over in ``GridSearchCV`` like any other value.
     alpha_intercept : float, default=0.01
         Prior precision of the intercepts, ``N(0, 1 / alpha_intercept)``: weak by default
         (sd 10), so that the intercept is not shrunk, as in ``BayesianRidge`` and
@@ -98,10 +97,7 @@ default=1.0
 
     Attributes
     ----------
-    alpha_ : float or ndarray
-        The prior precisions of the weights the fit used: ``alpha`` as given, or what
-        ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one,
-        ``warm_start`` or ``partial_fit``).
+    {alpha_}
     classes_ : ndarray of shape (n_classes,)
     coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
         Posterior mean of the weights.
@@ -152,7 +148,7 @@ default=1.0
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha=1.0,
+        alpha="auto",
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,
@@ -261,17 +257,16 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     {n_jobs}
     {random_state}
     {init}
-    alpha : float, "auto" or array-like of shape (n_features,), default=1.0
+    alpha : "auto", float or array-like of shape (n_features,), default="auto"
         Prior precision of the weights: ``coef_[..., j] ~ N(0, y_scale_**2 / alpha_j)``:
         ``alpha`` is in units of ``y``'s standardised scale, so ``alpha_j = 1`` is a prior
-        sd of one sd of ``y`` per unit of ``x_j``. ``"auto"`` scales it to the features,
-        ``alpha_j = sd_j^2`` with ``sd_j`` the standard deviation of feature ``j`` (its
-        root mean square without ``fit_intercept``): a prior sd of one sd of ``y`` per sd
-        of ``x_j``, as rstanarm and bambi scale theirs, so that predictions do not depend on
-        the features' units (resolved in ``alpha_``). A float is the papers' isotropic prior;
-        an array gives each feature its own prior scale ``s_j`` as ``alpha_j = 1 / s_j^2``
-        (see :ref:`priors`). Arrays can be searched over in ``GridSearchCV`` like any other
-        value.
+        sd of one sd of ``y`` per unit of ``x_j``. ``"auto"`` scales it to the features
+        (rstanarm's autoscale rule): a prior sd of one sd of ``y`` per standard deviation
+        of ``x_j``, per unit of its range ``max - min`` for a binary feature, so that
+        predictions do not depend on the features' units (resolved in ``alpha_``; see
+        :ref:`priors`). A float is the papers' isotropic prior; an array gives each feature
+        its own prior scale ``s_j`` as ``alpha_j = 1 / s_j^2`` (see :ref:`priors`). Arrays
+        can be searched over in ``GridSearchCV`` like any other value.
     alpha_intercept : float, default=0.01
         Prior precision of the intercept, ``N(y_mean_, y_scale_**2 / alpha_intercept)``:
         weak by default (sd 10 sds of ``y``), so that the intercept is not shrunk, as in
@@ -315,10 +310,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
 
     Attributes
     ----------
-    alpha_ : float or ndarray
-        The prior precisions of the weights the fit used: ``alpha`` as given, or what
-        ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one,
-        ``warm_start`` or ``partial_fit``).
+    {alpha_}
     coef_ : ndarray of shape (n_features,)
         Posterior mean of the weights.
     intercept_ : float
@@ -382,7 +374,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha=1.0,
+        alpha="auto",
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,

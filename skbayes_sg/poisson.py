@@ -87,15 +87,15 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
     {n_jobs}
     {random_state}
     {init}
-    alpha : float, "auto" or array-like of shape (n_features,), default=1.0
+    alpha : "auto", float or array-like of shape (n_features,), default="auto"
         Prior precision of the weights: ``coef_[j] ~ N(0, 1 / alpha_j)``, in units of the
         log rate per unit of ``x_j``: ``alpha_j = 1`` puts 95% of the prior on rate ratios
-        between 1/7 and 7 per unit of ``x_j``. ``"auto"`` scales it to the features,
-        ``alpha_j = sd_j^2`` with ``sd_j`` the standard deviation of feature ``j`` (its root
-        mean square without ``fit_intercept``): rate ratios between 1/7 and 7 per standard
-        deviation of ``x_j``, whatever its units (resolved in ``alpha_``). A float is the
-        isotropic prior per unit of ``x_j``; an array gives
-        each feature its own prior scale ``s_j`` as ``alpha_j = 1 / s_j^2`` (see :ref:`priors`).
+        between 1/7 and 7 per unit of ``x_j``. ``"auto"`` scales it to the features
+        (rstanarm's autoscale rule): rate ratios between 1/7 and 7 per standard deviation
+        of ``x_j``, per unit of its range ``max - min`` for a binary feature, whatever its
+        units (resolved in ``alpha_``; see :ref:`priors`). A float is the isotropic prior
+        per unit of ``x_j``; an array gives each feature its own prior scale ``s_j`` as
+        ``alpha_j = 1 / s_j^2`` (see :ref:`priors`).
     alpha_intercept : float, default=0.01
         Prior precision of the intercept (the log rate at ``x = 0``), ``N(0, 1 /
         alpha_intercept)``: weak by default (sd 10), so that the intercept is not shrunk,
@@ -110,10 +110,7 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
 
     Attributes
     ----------
-    alpha_ : float or ndarray
-        The prior precisions of the weights the fit used: ``alpha`` as given, or what
-        ``"auto"`` resolved to (fixed by the first fit or chunk of a continued one,
-        ``warm_start`` or ``partial_fit``).
+    {alpha_}
     coef_ : ndarray of shape (n_features,)
         Posterior mean of the weights (log rate ratios).
     intercept_ : float
@@ -163,7 +160,7 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
         n_jobs=None,
         random_state=None,
         init="map",
-        alpha=1.0,
+        alpha="auto",
         alpha_intercept=0.01,
         fit_intercept=True,
         warm_start=False,

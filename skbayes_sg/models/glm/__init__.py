@@ -5,9 +5,10 @@ Families: binary logistic, multinomial softmax, Gaussian linear regression, Pois
 """
 
 from ...rows import memory_mapped as _memory_mapped  # noqa: F401  (the estimators' import)
+from ._autoscale import AUTO_PRIOR_SCALE, FeatureExtremes, auto_alpha, feature_extremes, feature_scales, resolve_alpha
 from ._family import Family, draw_predictors
 from ._model import GLM, class_codes, weigh
-from ._prior import AUTO_PRIOR_SCALE, auto_alpha, feature_scales, prior_precisions, resolve_alpha
+from ._prior import prior_precisions
 from .gaussian import GaussianFamily, LinearRegressionModel
 from .logistic import LogisticFamily, LogisticModel
 from .poisson import PoissonFamily, PoissonModel
@@ -15,7 +16,9 @@ from .softmax import SoftmaxFamily, SoftmaxModel
 
 __all__ = [
     "AUTO_PRIOR_SCALE",
+    "FeatureExtremes",
     "auto_alpha",
+    "feature_extremes",
     "feature_scales",
     "resolve_alpha",
     "GLM",
