@@ -362,19 +362,22 @@ def part_gaussian(emit, quick, samplers):
             del X, y
 
 
-def _estimator_prior(problem, default_prior):
+def _estimator_prior(problem, default_prior, X):
     """Keyword arguments giving ``SGBayesLogisticRegression`` the prior of the reference ``problem``:
-    none with ``default_prior`` (after checking that the estimator's defaults are that prior),
-    else ``alpha`` and ``alpha_intercept`` explicitly (the papers' prior for the older problems).
-    Since ``alpha="auto"`` became the default (issue 30) the references' ``alpha=1`` is passed
-    explicitly too: it is the default prior on standardised features, not on these."""
+    none with ``default_prior`` (after checking that the estimator's defaults resolve to that
+    prior on ``X``), else ``alpha`` and ``alpha_intercept`` explicitly (the papers' prior for the
+    older problems). The default ``alpha="auto"`` (issue 30) gives a9a's 0/1 columns exactly
+    ``alpha = 1``, the reference's prior: the ``a9a_default`` fits run at the true defaults."""
+    from skbayes_sg.models.glm import auto_alpha
+
     alpha, alpha_intercept = problem_prior(problem)
-    defaults = SGBayesLogisticRegression().get_params()
-    if not default_prior or defaults["alpha"] == "auto":
+    if not default_prior:
         return {"alpha": alpha, "alpha_intercept": alpha_intercept}
-    if (defaults["alpha"], defaults["alpha_intercept"]) != (alpha, alpha_intercept):
+    defaults = SGBayesLogisticRegression().get_params()
+    resolved = auto_alpha(X) if defaults["alpha"] == "auto" else defaults["alpha"]
+    if not (np.ndim(resolved) == 0 and (resolved, defaults["alpha_intercept"]) == (alpha, alpha_intercept)):
         raise RuntimeError(
-            f"the estimator's default prior (alpha={defaults['alpha']}, alpha_intercept="
+            f"the estimator's default prior (alpha={defaults['alpha']}, resolved {resolved}, alpha_intercept="
             f"{defaults['alpha_intercept']}) is not the prior of reference {problem!r} "
             f"(alpha={alpha}, alpha_intercept={alpha_intercept}): recompute the reference"
         )
@@ -386,7 +389,7 @@ def part_logistic(emit, quick, samplers, problems, configs_for, default_prior=Fa
     for problem in problems:
         X, y, alpha, fit_intercept = make_problem(problem)
         ref = load_reference(problem)
-        prior_kw = _estimator_prior(problem, default_prior)
+        prior_kw = _estimator_prior(problem, default_prior, X)
         prior = {
             "alpha": problem_prior(problem)[0],
             "alpha_intercept": problem_prior(problem)[1],

@@ -262,3 +262,20 @@ def test_softmax_on_targets_computed_from_x(client):
     assert list(est.classes_) == [0, 1, 2] and est.coef_.shape == (3, D)
     proba = est.predict_proba(X[:5]).compute()
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+def test_auto_alpha_counts_distinct_values_on_the_workers(client):
+    # The default prior's rule (sd, range of a binary column, |c| of a constant one) from the
+    # partitions' sums and extremes where they live: the in-memory precisions.
+    from skbayes_sg.models.glm import auto_alpha
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    rare = np.zeros(n)
+    rare[3100] = 1.0  # one partition only sees ones; the others only zeros
+    Xm = np.c_[rng.normal(size=n) * 5, rare, 1000.0 * (rng.random(n) < 0.3), np.full(n, 2.0), rng.integers(0, 3, n)]
+    ym = (rng.random(n) < 0.5).astype(np.int64)
+    rows = DaskRows(da.from_array(Xm, chunks=(1000, 5)), da.from_array(ym, chunks=1000))
+    local = auto_alpha(Xm)
+    np.testing.assert_allclose(local[1:4], [1.0, 1e6, 4.0])
+    np.testing.assert_allclose(auto_alpha(rows), local, rtol=1e-12)

@@ -166,8 +166,8 @@ def test_default_fit_is_exact_with_features_on_very_different_scales():
     coef[0] = 0.5
     y = rng.poisson(np.exp(0.5 + X @ coef))
     reg = SGBayesPoissonRegressor(random_state=0).fit(X, y)
-    # The default prior (alpha=1.0, N(0, 1) per unit of each feature): the reference takes it.
-    assert reg.alpha_ == 1.0
+    # The default prior is N(0, 1) per sd of each (continuous) feature, alpha="auto": the reference takes it.
+    np.testing.assert_allclose(reg.alpha_, X.var(axis=0), rtol=1e-10)
     ref = poisson_reference(X, y, alpha=reg.alpha_, n_draws=4000)
     assert ref.ess > 3000  # the t proposal covers the posterior: weights nearly even
     _assert_exact(reg, ref)

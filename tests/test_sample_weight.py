@@ -305,7 +305,7 @@ def test_sample_weight_is_routed_by_gridsearchcv_and_pipeline():
     direct = SGBayesLogisticRegression(**kw).fit(X, y, sample_weight=w)
     with sklearn.config_context(enable_metadata_routing=True):
         clf = SGBayesLogisticRegression(**kw).set_fit_request(sample_weight=True).set_score_request(sample_weight=True)
-        search = GridSearchCV(clf, {"alpha": [1.0]}, cv=2).fit(X, y, sample_weight=w)
+        search = GridSearchCV(clf, {"alpha": ["auto"]}, cv=2).fit(X, y, sample_weight=w)
         np.testing.assert_array_equal(search.best_estimator_.samples_, direct.samples_)
         pipe = make_pipeline(
             StandardScaler().set_fit_request(sample_weight=False),
