@@ -87,8 +87,11 @@ class FeatureExtremes:
         if sp.issparse(X):
             return cls._of_sparse(sp.csr_matrix(X))
         X = np.asarray(X, dtype=float)
-        lo, hi = X.min(axis=0), X.max(axis=0)
-        return cls(lo, hi, ((X > lo) & (X < hi)).any(axis=0))
+        # fmin/fmax: the features are finite (validated), and they skip min's NaN checks (20x).
+        lo, hi = np.fmin.reduce(X, axis=0), np.fmax.reduce(X, axis=0)
+        inside = X > lo
+        inside &= X < hi
+        return cls(lo, hi, inside.any(axis=0))
 
     @classmethod
     def _of_sparse(cls, X):
@@ -181,13 +184,13 @@ def auto_alpha(X, sample_weight=None, center=True):
     if hasattr(X, "reduce_blocks"):
         scale, extremes = _row_source_moments(X, center)
     else:
-        scale, extremes = feature_scales(X, sample_weight, center), feature_extremes(X, sample_weight)
-    binary = extremes.binary()
+        extremes = feature_extremes(X, sample_weight)
+        # Binary and constant columns need no pass for their standard deviations (one-hot data
+        # such as a9a: none at all).
+        scale = feature_scales(X, sample_weight, center) if extremes.between.any() else np.zeros(extremes.lo.size)
+    binary, constant = extremes.binary(), extremes.hi == extremes.lo
     scale[binary] = extremes.range()[binary]
-    if center:
-        flat = ~(scale > 0)
-        if flat.any():
-            scale[flat] = feature_scales(X, sample_weight, center=False)[flat]
+    scale[constant] = np.abs(extremes.lo[constant])
     scale = np.where(np.isfinite(scale) & (scale > 0), scale, AUTO_PRIOR_SCALE)
     with np.errstate(over="ignore", under="ignore"):
         # Features of size 1e300 would square to inf: the largest finite precision instead,
