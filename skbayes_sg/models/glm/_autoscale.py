@@ -66,6 +66,13 @@ class FeatureExtremes:
     Two of them add (``+``) as the union of their rows, so a row source's block sums
     (:meth:`~skbayes_sg.rows.RowSource.reduce_blocks`, on dask workers too) combine them
     exactly: no row leaves the place it lives.
+
+    Parameters
+    ----------
+    lo, hi : ndarray of shape (n_features,)
+        The columns' smallest and largest values (``inf`` and ``-inf`` without rows).
+    between : ndarray of bool, shape (n_features,)
+        Whether a value lies strictly between ``lo`` and ``hi``.
     """
 
     def __init__(self, lo, hi, between):
@@ -73,6 +80,7 @@ class FeatureExtremes:
 
     @classmethod
     def empty(cls, n_features):
+        """The extremes of no rows: the identity of ``+``."""
         return cls(np.full(n_features, np.inf), np.full(n_features, -np.inf), np.zeros(n_features, dtype=bool))
 
     @classmethod
@@ -120,6 +128,7 @@ class FeatureExtremes:
         return ~self.between & (self.hi > self.lo)
 
     def range(self):
+        """``hi - lo`` of every column."""
         return self.hi - self.lo
 
 
