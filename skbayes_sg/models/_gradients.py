@@ -24,6 +24,25 @@ def row_sq_norms(X):
     return np.einsum("nd,nd->n", X, X)
 
 
+def row_cache_closure(f, local):
+    """``f``, a closure over a model returning per-row values of a minibatch (its rows'
+    squared norms or whitened row weights), marked for pickling: ``local`` (the model keeps
+    its rows in memory, so calling ``f`` is a look-up in its per-row cache) makes a pickled
+    operator carry ``f()``'s n values, so that its arithmetic after unpickling (in a worker,
+    or a saved chain continued) is this one's to the last bit; otherwise (rows on disk or on
+    a cluster, where a call would read them, maybe from inside a serialisation) the closure
+    is dropped and the operator recomputes the values from its own rows."""
+    f.evaluate_on_pickle = bool(local)
+    return f
+
+
+def _pickled_closure(f):
+    """What a pickled operator keeps of a closure (see :func:`row_cache_closure`)."""
+    if not callable(f):
+        return f
+    return f() if getattr(f, "evaluate_on_pickle", False) else None
+
+
 class PerExampleGradients:
     """Operator view of the ``n x P`` per-example gradient matrix ``G`` of a minibatch.
 
@@ -127,7 +146,7 @@ class LinearPerExampleGradients(PerExampleGradients):
         gather from norms the model computes once, on first need); makes
         :meth:`total_sum_of_squares` O(n K) instead of O(n D K). A callable is only called
         by that method, so samplers that never need the trace never pay for the norms, and
-        it is evaluated when the operator is pickled (its n values travel, not the model).
+        it is evaluated when the operator is pickled if marked so (:func:`row_cache_closure`).
     """
 
     def __init__(self, X, R, fit_intercept, extra=None, row_sq_norms=None):
@@ -289,11 +308,9 @@ class LinearPerExampleGradients(PerExampleGradients):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        if callable(state["_row_sq_norms"]):
-            # A closure over the model (and all of X): not what a chain state should carry.
-            # Its values (n floats) travel instead, so that the unpickled operator's trace
-            # is the same sum, to the last bit, as this one's (see __init__).
-            state["_row_sq_norms"] = state["_row_sq_norms"]()
+        # A closure over the model (and all of X): not what a chain state should carry; its
+        # values travel instead where they are a look-up (see row_cache_closure).
+        state["_row_sq_norms"] = _pickled_closure(state["_row_sq_norms"])
         return state
 
     def sum_of_squares(self):
@@ -391,8 +408,8 @@ class TransformedPerExampleGradients(PerExampleGradients):
         The gradients in ``theta``.
     L : ndarray of shape (P, P) (lower triangular) or (P,) (a diagonal)
     row_weights : ndarray of shape (n,) or callable, optional
-        ``q_i = ||L' x_i||^2``-type weights (or a function returning them, evaluated when
-        the operator is pickled) such that the total sum of squares is ``sum_i q_i r_i^2``
+        ``q_i = ||L' x_i||^2``-type weights (or a function returning them, see
+        :func:`row_cache_closure`) such that the total sum of squares is ``sum_i q_i r_i^2``
         for a one-output GLM (see :meth:`total_sum_of_squares`); without them that total
         costs an explicit ``n x P`` product.
     """
@@ -450,12 +467,12 @@ class TransformedPerExampleGradients(PerExampleGradients):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        if callable(state["_row_weights"]):
-            # A closure over the model: not for a chain state. Its values (n floats) travel
-            # instead: without them the trace falls back on another summation order (the
-            # explicit G L), and a chain continued in a worker process drew other numbers
-            # in the last bits than in this one (mCCAdL's C step shifts by this trace).
-            state["_row_weights"] = state["_row_weights"]()
+        # A closure over the model: not for a chain state. Its values (n floats) travel
+        # instead where they are a look-up (see row_cache_closure): without them the trace
+        # falls back on another summation order (the explicit G L), and a chain continued
+        # in a worker process drew other last bits than in this one (mCCAdL's C step
+        # shifts by this trace).
+        state["_row_weights"] = _pickled_closure(state["_row_weights"])
         return state
 
     def gram_dims(self):

@@ -12,7 +12,7 @@ direction.
 import numpy as np
 
 from ._base import Model
-from ._gradients import TransformedPerExampleGradients
+from ._gradients import TransformedPerExampleGradients, row_cache_closure
 
 
 class WhitenedModel(Model):
@@ -94,7 +94,7 @@ class WhitenedModel(Model):
         fn = getattr(self.model, "whitened_row_weights", None)
         if fn is None:
             return None
-        return lambda: fn(self.L, idx)
+        return row_cache_closure(lambda: fn(self.L, idx), getattr(self.model, "_cache_row_norms", False))
 
     def per_example_gradients(self, z, idx):
         inner = self.model.per_example_gradients(self._theta(z, "z"), idx)

@@ -17,7 +17,7 @@ import numpy as np
 from ... import rows as _rows
 from ...rows import as_row_source, transpose
 from .._base import Model, RowData
-from .._gradients import LinearPerExampleGradients
+from .._gradients import LinearPerExampleGradients, row_cache_closure
 from ._curvature import CurvatureMixin
 from ._paths import PathsMixin
 from ._prior import GaussianPrior, prior_precisions
@@ -167,13 +167,15 @@ class GLM(RowData, GaussianPrior, RowStateMixin, CurvatureMixin, PathsMixin, Mod
         Z = self._linear_predictor(theta, block.X, block.offset)
         return self.family.gradient_terms(Z, block.y, self._extra(theta))
 
+    def _row_sq_norms_of(self, idx, X):
+        """The closure an operator of the rows ``idx`` (features ``X``) gets its norms from."""
+        return row_cache_closure(lambda: self._row_sq_norms(idx, X), self._cache_row_norms)
+
     def per_example_gradients(self, theta, idx):
         block = self.rows.gather(idx, products_only=True)
         R, extra = weigh(block.sample_weight, *self._gradient_terms(theta, block))
         X = block.X
-        return LinearPerExampleGradients(
-            X, R, self.fit_intercept, extra, row_sq_norms=lambda: self._row_sq_norms(idx, X)
-        )
+        return LinearPerExampleGradients(X, R, self.fit_intercept, extra, row_sq_norms=self._row_sq_norms_of(idx, X))
 
     def per_example_gradient_differences(self, theta, theta_hat, idx):
         """``g_i(theta) - g_i(theta_hat)`` for the rows ``idx``, as one operator.
@@ -191,9 +193,7 @@ class GLM(RowData, GaussianPrior, RowStateMixin, CurvatureMixin, PathsMixin, Mod
         # The centre's terms are cached unweighted; the weights scale the difference.
         R, extra = weigh(block.sample_weight, R, extra)
         X = block.X
-        return LinearPerExampleGradients(
-            X, R, self.fit_intercept, extra, row_sq_norms=lambda: self._row_sq_norms(idx, X)
-        )
+        return LinearPerExampleGradients(X, R, self.fit_intercept, extra, row_sq_norms=self._row_sq_norms_of(idx, X))
 
     def log_likelihood_and_grad(self, theta, idx=None):
         """Summed log likelihood of rows ``idx`` (all rows if None) and its gradient (P,).
