@@ -24,6 +24,21 @@ def row_sq_norms(X):
     return np.einsum("nd,nd->n", X, X)
 
 
+def whitened_row_weights(L, X, fit_intercept):
+    """``q_i = ||L' x~_i||^2`` of the rows of ``X`` (dense or sparse) for a one-output GLM with
+    dense lower-triangular ``L`` (P, P): ``x~_i`` is the row, then 1 for the intercept.
+
+    The one formula for these weights, whether a model caches them for all rows or an
+    operator recomputes them from its own minibatch (as after unpickling, for rows on disk or
+    on a cluster): a chain continued in another process draws what it would have here.
+    """
+    D = X.shape[1]
+    XL = np.asarray(X @ L[:D])
+    if fit_intercept:
+        XL += L[D]
+    return np.einsum("np,np->n", XL, XL)
+
+
 def row_cache_closure(f, local):
     """``f``, a closure over a model returning per-row values of a minibatch (its rows'
     squared norms or whitened row weights), marked for pickling: ``local`` (the model keeps
@@ -458,8 +473,12 @@ class TransformedPerExampleGradients(PerExampleGradients):
         inner = self.inner
         q = self._row_weights
         if q is not None and getattr(inner, "_r", None) is not None and inner.extra is None:
+            if isinstance(q, str):  # "rows": the closure's formula, on this minibatch's rows
+                q = whitened_row_weights(self.L, inner.X, inner.fit_intercept)
+            elif callable(q):
+                q = q()
             r = inner._r
-            return float((q() if callable(q) else q) @ (r * r))
+            return float(q @ (r * r))
         return float(self.sum_of_squares().sum())
 
     def scale_rows(self, c):
@@ -472,7 +491,12 @@ class TransformedPerExampleGradients(PerExampleGradients):
         # falls back on another summation order (the explicit G L), and a chain continued
         # in a worker process drew other last bits than in this one (mCCAdL's C step
         # shifts by this trace).
-        state["_row_weights"] = _pickled_closure(state["_row_weights"])
+        f = state["_row_weights"]
+        state["_row_weights"] = _pickled_closure(f)
+        if callable(f) and state["_row_weights"] is None:
+            # Rows not cached (on disk, on a cluster): the closure computed the weights from
+            # these very rows, and so will the unpickled operator.
+            state["_row_weights"] = "rows"
         return state
 
     def gram_dims(self):

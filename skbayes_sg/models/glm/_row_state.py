@@ -8,7 +8,7 @@ computed per minibatch instead, so a fit allocates nothing that grows with N.
 import numpy as np
 import scipy.sparse as sp
 
-from .._gradients import row_sq_norms
+from .._gradients import row_sq_norms, whitened_row_weights
 
 
 class RowStateMixin:
@@ -64,10 +64,7 @@ class RowStateMixin:
             X2 = X.multiply(X) if sp.issparse(X) else X * X
             q = np.asarray(X2 @ (L[:D] * L[:D])).ravel()
             return q + L[D] ** 2 if self.fit_intercept else q
-        XL = np.asarray(X @ L[:D])
-        if self.fit_intercept:
-            XL += L[D]
-        return np.einsum("np,np->n", XL, XL)
+        return whitened_row_weights(L, X, self.fit_intercept)
 
     def leverage_scores(self, theta, L):
         """Statistical leverages ``h_i = w_i x~_i' L L' x~_i`` of the rows at ``theta``, shape (N,).
