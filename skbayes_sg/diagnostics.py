@@ -366,10 +366,17 @@ def _quantiles_type7(x, probs):
     return out
 
 
-def _tail_indicators(x):
+def _tail_indicators(x, split=None, out=None):
     """The split indicators ``x <= q05`` and ``x <= q95`` whose ESS the tail ESS is,
-    stacked along the parameters: shape (2P, 2C, N // 2)."""
-    return np.concatenate([_split_chains((x <= q).astype(float)) for q in _quantiles_type7(x, _TAIL_PROBS)])
+    stacked along the parameters: shape (2P, 2C, N // 2), written into ``out`` if given.
+    ``split``: ``_split_chains(x)``, when the caller has it (the indicators of the split
+    chains are the split chains' indicators)."""
+    split = _split_chains(x) if split is None else split
+    p = x.shape[0]
+    out = np.empty((2 * p,) + split.shape[1:]) if out is None else out
+    for i, q in enumerate(_quantiles_type7(x, _TAIL_PROBS)):
+        np.less_equal(split, q, out=out[i * p : (i + 1) * p])
+    return out
 
 
 def _tail_min(ess):
@@ -586,7 +593,11 @@ def summarize(samples):
         z_split = _z_scale(split)
         # Every ESS in one pass (bulk, the two tail indicators, the mean's): the FFTs and
         # Geyer's sequences run once over 4P rows, which give each row what it alone would.
-        ess = np.split(_ess_core(np.concatenate([z_split, _tail_indicators(x), split])), [n_params, 3 * n_params])
+        rows = np.empty((4 * n_params,) + split.shape[1:])
+        rows[:n_params] = z_split
+        _tail_indicators(x, split, out=rows[n_params : 3 * n_params])
+        rows[3 * n_params :] = split
+        ess = np.split(_ess_core(rows), [n_params, 3 * n_params])
         out["ess_bulk"] = ess[0]
         out["ess_tail"] = _tail_min(ess[1])
         if n_chains < _MIN_CHAINS_RHAT:
