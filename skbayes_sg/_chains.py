@@ -12,13 +12,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
-from threadpoolctl import threadpool_limits
 
 try:
     import cloudpickle  # a dependency of joblib since 1.5
 except ImportError:  # older joblib vendors it
     from joblib.externals import cloudpickle
 
+from ._blas import one_blas_thread
 from ._progress import progress_bar
 from .exceptions import DivergenceError
 from .minibatch import ChainsGradient, GradientSpec
@@ -514,7 +514,7 @@ def call_with_model(worker, model, method, *args):
     """
     worker.grad_estimator.model = model
     try:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with one_blas_thread():
             return getattr(worker, method)(*args)
     finally:
         worker.grad_estimator.model = None
@@ -526,7 +526,7 @@ def _advance(runners, model, n_steps):
     for r in runners:
         r.grad_estimator.model = model
     try:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with one_blas_thread():
             advance_group(runners, n_steps)
     finally:
         for r in runners:

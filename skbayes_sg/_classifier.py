@@ -10,7 +10,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from . import _dask
-from ._estimator import BaseSGBayes, _check_target_length, epoch_permutation, predict_threads
+from ._estimator import _PREDICT_CHUNK, BaseSGBayes, _check_target_length, epoch_permutation, predict_threads
 from ._validation import validate_data
 
 #: Labels are checked and encoded this many rows at a time. sklearn's
@@ -19,6 +19,18 @@ from ._validation import validate_data
 #: a fit growing with N; by blocks the transient memory is O(block) and what is kept is
 #: the codes, one byte a row for fewer than 256 classes.
 _LABEL_BLOCK = 2**16
+
+
+#: The binary predictive's control variate (``n_predict_draws="auto"``, see
+#: ``SGBayesLogisticRegression``): the draws it averages over (evenly spaced, the same number
+#: per chain), and the largest variance of a row's linear predictor over them for which it
+#: is used (rows above get the plain average over the ``n_predict_draws_`` draws). Its
+#: Monte Carlo error is about ``|1 - 2p| sqrt(v / 2) / sqrt(K)`` posterior sds of the
+#: probability, at most 0.044 sd at ``v = 0.25`` and K = 64. On a9a's 16,281 test rows it was
+#: 0.005 sd (median; 0.05 sd at the 99th percentile) off the all-draws average, where the
+#: 616 draws of the plain average were 0.08 sd off (0.3 sd), for a tenth of the products.
+PREDICT_CV_DRAWS = 64
+PREDICT_CV_VARIANCE = 0.25
 
 
 def _label_blocks(n):
@@ -270,7 +282,9 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         The average runs over the ``n_predict_draws_`` draws chosen by ``n_predict_draws``
         (all of them with ``n_predict_draws=None``), in blocks of rows and draws with one
         matrix product per block and temporaries of at most 2^18 floats (2 MiB, in cache) each,
-        whatever the sizes; many blocks run on one BLAS thread.
+        whatever the sizes; many blocks run on one BLAS thread. A binary logistic regression
+        at ``n_predict_draws="auto"`` uses the control variate described in the class
+        docstring on the rows where it is accurate.
 
         Parameters
         ----------
@@ -283,6 +297,13 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         if _dask.is_dask_collection(X):
             return _dask.predict_blocks(self, "predict_proba", X)
         X = self._check_X(X)
+        control = self._predict_control_variate()
+        if control is not None:
+            return self._predict_proba_control_variate(X, *control)
+        return self._predict_proba_draws(X)
+
+    def _predict_proba_draws(self, X):
+        """The posterior predictive as the weighted average over the prediction draws."""
         thetas, weights = self._predict_draws()
         proba = np.zeros((X.shape[0], self.classes_.size))
         blocks = self._predict_blocks(X.shape[0], thetas.shape[0], self.classes_.size)
@@ -294,6 +315,54 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
             # leave [0, 1] by Monte Carlo error: project back onto the simplex.
             np.clip(proba, 0.0, 1.0, out=proba)
             proba /= proba.sum(axis=1, keepdims=True)
+        return proba
+
+    def _predict_control_variate(self):
+        """``(thetas, mean)`` of the binary predictive's control variate, or None where the
+        plain average applies: ``n_predict_draws`` other than ``"auto"``, signed (multilevel)
+        weights, a model without one, or when the ``"auto"`` rule keeps every draw (a bulk ESS
+        of 400 or less: its draws would not be nearly independent) or no more than its own.
+        Its draws, 16 per chain among more than 100 effective ones, are spaced at least six
+        autocorrelation times apart."""
+        model = getattr(self, "_model", None)
+        if getattr(self, "n_predict_draws", None) != "auto" or self.sample_weight_ is not None:
+            return None
+        if not getattr(model, "has_predictive_control_variate", False):
+            return None
+        n_auto = self._predict_index().size
+        if not PREDICT_CV_DRAWS < n_auto < self.samples_.shape[0] * self.samples_.shape[1]:
+            return None
+        cached = getattr(self, "_predictive_draws", None)
+        if cached is None or cached[0] is not self.samples_:
+            C, S = self.samples_.shape[:2]
+            flat = self._flat_samples()
+            keep = np.linspace(0, S - 1, max(1, PREDICT_CV_DRAWS // C)).round().astype(np.intp)
+            self._predictive_draws = cached = (
+                self.samples_,
+                flat[(np.arange(C)[:, None] * S + keep).ravel()],
+                flat.mean(axis=0),
+            )
+        return cached[1:]
+
+    def _predict_proba_control_variate(self, X, thetas, mean):
+        """The posterior predictive by the control variate (``PREDICT_CV_DRAWS``), in blocks of
+        rows; rows whose linear predictor varies more than ``PREDICT_CV_VARIANCE`` get the
+        plain average over the prediction draws."""
+        n = X.shape[0]
+        proba = np.empty((n, 2))
+        step = max(1, _PREDICT_CHUNK // (2 * thetas.shape[0]))
+        wide = []
+        with predict_threads(-(-n // step)):
+            for start in range(0, n, step):
+                rows = slice(start, min(start + step, n))
+                proba[rows, 1], v = self._model.predict_mean_control_variate(thetas, mean, X[rows])
+                wide.append(start + np.flatnonzero(v > PREDICT_CV_VARIANCE))
+        # The remainder's Monte Carlo error can leave [0, 1] by a hair for extreme rows.
+        np.clip(proba[:, 1], 0.0, 1.0, out=proba[:, 1])
+        np.subtract(1.0, proba[:, 1], out=proba[:, 0])
+        wide = np.concatenate(wide)
+        if wide.size:
+            proba[wide] = self._predict_proba_draws(X[wide])
         return proba
 
     def predict_log_proba(self, X):

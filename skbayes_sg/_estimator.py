@@ -16,9 +16,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, column_or_1d
-from threadpoolctl import threadpool_limits
 
 from . import _dask, _run_length, diagnostics
+from ._blas import one_blas_thread, with_one_blas_thread
 from ._fit import fit_model
 from ._fit._messages import caller_stacklevel, convergence_messages
 from ._inference_data import inference_data
@@ -73,7 +73,7 @@ def predict_threads(n_blocks):
     to one from ``_PREDICT_SERIAL_BLOCKS`` blocks on (else unchanged)."""
     if n_blocks < _PREDICT_SERIAL_BLOCKS:
         return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+    return one_blas_thread()
 
 
 #: ``n_predict_draws="auto"``: the predictive's total Monte Carlo standard error, in
@@ -286,7 +286,7 @@ class BaseSGBayes(BaseEstimator):
     # little on an idle machine, while on a busy one (GridSearchCV with n_jobs, other
     # processes, CI) oversubscribed threads made the MAP 10x slower (benchmarks/fit_time.py),
     # and one thread makes it bit-identical on any machine.
-    @threadpool_limits.wrap(limits=1, user_api="blas")
+    @with_one_blas_thread
     def _fit(self, X, y, streaming=False, sample_weight=None):
         """Run the chains on validated ``X``, encoded ``y``; set the fitted attributes.
 
@@ -572,7 +572,7 @@ def _check_target_length(y, n_samples):
     return y
 
 
-@threadpool_limits.wrap(limits=1, user_api="blas")  # see BaseSGBayes._fit
+@with_one_blas_thread  # see BaseSGBayes._fit
 def epoch_permutation(random_state, n):
     """The once-per-fit row order of ``batch_scheme="epochs"``, reproducible from ``random_state``."""
     if isinstance(random_state, Integral):

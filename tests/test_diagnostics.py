@@ -388,3 +388,37 @@ def test_summarize_is_scale_free_and_quiet_for_huge_draws():
     for key in ("ess_bulk", "ess_tail", "rhat"):
         np.testing.assert_array_equal(huge[key], base[key])
     np.testing.assert_allclose(huge["mcse_mean"], base["mcse_mean"] * 2.0**664, rtol=1e-12)
+
+
+def _reference_rhat_core(chains):
+    n = chains.shape[1]
+    between = n * chains.mean(axis=1).var(ddof=1)
+    within = chains.var(axis=1, ddof=1).mean()
+    return np.sqrt((between / within + n - 1) / n)
+
+
+def test_summarize_at_run_length_sizes_equals_scalar_reference():
+    """What ``n_iter="auto"`` computes after every block, for chains of the size it sees (the
+    FFTs in cache-sized blocks, the chains' spectra averaged before the inverse transform,
+    ranks from one sort per parameter, every ESS in one batch): equal to the plain one-parameter
+    formulas to rounding, ties and an odd number of draws included."""
+    rng = np.random.default_rng(31)
+    for n_draws in (1201, 1200):
+        x = ar1(rng, 4, n_draws, 3, 0.8)
+        x[..., 1] = np.round(2.0 * x[..., 1])  # many ties
+        x[0, :, 2] += 0.3  # one chain apart
+        summ = summarize(x)
+        for j in range(3):
+            xj = x[:, :, j]
+            split = _reference_split(xj)
+            z = _reference_z(split)
+            folded = np.abs(split - np.median(split))
+            tails = [_reference_ess(_reference_split((xj <= np.quantile(xj, q)).astype(float))) for q in (0.05, 0.95)]
+            ref = {
+                "ess_bulk": _reference_ess(z),
+                "ess_tail": min(tails),
+                "mcse_mean": xj.std(ddof=1) / np.sqrt(_reference_ess(split)),
+                "rhat": max(_reference_rhat_core(z), _reference_rhat_core(_reference_z(folded))),
+            }
+            for key, value in ref.items():
+                assert summ[key][j] == pytest.approx(value, rel=1e-12), (n_draws, j, key)

@@ -61,6 +61,7 @@ LAYERS = (
             "skbayes_sg._docstrings",
             "skbayes_sg._validation",
             "skbayes_sg._stein",
+            "skbayes_sg._blas",
         ),
     ),
 )

@@ -234,6 +234,27 @@ class GLM(RowData, GaussianPrior, RowStateMixin, CurvatureMixin, PathsMixin, Mod
             return np.tensordot(weights, self.predict_draws(thetas, X, offset), axes=1)
         return mean
 
+    @property
+    def has_predictive_control_variate(self):
+        """Whether :meth:`predict_mean_control_variate` applies: one linear predictor and a
+        family with a Taylor control variate (the binary logistic regression)."""
+        return self.n_outputs == 1 and hasattr(self.family, "predict_mean_control_variate")
+
+    def predict_mean_control_variate(self, thetas, mean, X, offset=None):
+        """``(p, v)``: the family's predictive mean over all draws, shape (n,), estimated from
+        the draws ``thetas`` (K, P) with the tangent control variate, whose exact mean needs
+        only the draws' ``mean`` (P,); and ``v`` (n,), the K draws' spread of the linear
+        predictor about its mean (the remainder's Monte Carlo error grows with it)."""
+        W, b, _ = self.unpack(np.atleast_2d(thetas))
+        Wm, bm, _ = self.unpack(mean)
+        m = np.asarray(X @ Wm[:, 0]).ravel() + bm[0]
+        Z = np.asarray(X @ W[..., 0].T) + b[:, 0]
+        if offset is not None:
+            offset = np.asarray(offset, dtype=float)
+            m += offset
+            Z += offset[:, None]
+        return self.family.predict_mean_control_variate(Z, m)
+
     def log_likelihood_draws(self, thetas, X, y, offset=None):
         """``log p(y_i | x_i, theta_s)``, shape (S, n)."""
         return self.family.log_likelihood_draws(*self.unpack(np.atleast_2d(thetas)), X, y, offset)

@@ -65,6 +65,31 @@ class LogisticFamily(Family):
         p1 = np.reciprocal(Z, out=Z) @ weights
         return np.stack([weights.sum() - p1, p1], axis=-1)
 
+    def predict_mean_control_variate(self, Z, m):
+        """``(p, v)``: the predictive ``P(y = 1)``, shape (n,), as the mean over a few draws of
+        the sigmoid minus its tangent at ``m``, plus that tangent's exact mean over all
+        draws, ``s(m)``: ``mean_k [s(z_k) - s'(m) (z_k - m)]``; and ``v`` (n,), the mean of
+        ``(z_k - m)^2``, the draws' spread about ``m``.
+
+        ``Z`` (n, K): the linear predictors of K draws (overwritten); ``m`` (n,): the linear
+        predictor's mean over all the draws. The tangent's mean is known, so the estimate is
+        the all-draws average up to the Monte Carlo error of the remainder, which is second
+        order in the linear predictor's spread; with every draw it is the all-draws average
+        to rounding.
+        """
+        # The sigmoid as in predict_mean: 1 / (1 + e^-z) in place, 2.4x faster than expit.
+        F = np.negative(Z)
+        with np.errstate(over="ignore"):
+            np.exp(F, out=F)
+        F += 1.0
+        np.reciprocal(F, out=F)
+        Z -= m[:, None]
+        v = np.einsum("ij,ij->i", Z, Z) / Z.shape[1]
+        s = expit(m)
+        Z *= (s * (1.0 - s))[:, None]
+        F -= Z
+        return F.mean(axis=1), v
+
     def log_likelihood_draws(self, W, b, extra, X, y, offset=None):
         Z = draw_predictors(W, b, X, offset)[:, :, 0]
         return (log_expit(Z) - (1.0 - np.asarray(y, dtype=float))[:, None] * Z).T

@@ -1,0 +1,46 @@
+"""One BLAS thread where the package asks for it, at a fraction of threadpoolctl's usual cost.
+
+``threadpoolctl.threadpool_limits`` scans the process's shared libraries and queries every
+BLAS it finds on each call: 14 ms with NumPy, SciPy and scikit-learn loaded, paid once per
+fit and once per round of the chains (a default fit on breast cancer made five such calls,
+as long as its MAP). A :class:`threadpoolctl.ThreadpoolController` made once per process
+does the scan once; its ``limit`` then costs microseconds. The controller is made at the
+first call, after the package's imports have loaded every BLAS it uses; it is rebuilt when
+the process has loaded further libraries since (checked by their count, which is cheap).
+"""
+
+import functools
+import sys
+
+from threadpoolctl import ThreadpoolController, threadpool_limits
+
+_CONTROLLER = None
+_MODULES_SEEN = 0
+
+
+def _controller():
+    global _CONTROLLER, _MODULES_SEEN
+    # A new extension module may bring its own BLAS (e.g. a later SciPy submodule): rescan.
+    if _CONTROLLER is None or len(sys.modules) != _MODULES_SEEN:
+        _CONTROLLER, _MODULES_SEEN = ThreadpoolController(), len(sys.modules)
+    return _CONTROLLER
+
+
+def one_blas_thread():
+    """A context manager limiting every BLAS of the process to one thread, as
+    ``threadpool_limits(limits=1, user_api="blas")`` does."""
+    try:
+        return _controller().limit(limits=1, user_api="blas")
+    except Exception:  # a controller that cannot be made here: threadpoolctl's own path
+        return threadpool_limits(limits=1, user_api="blas")
+
+
+def with_one_blas_thread(func):
+    """Decorator: ``func`` runs under :func:`one_blas_thread`."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with one_blas_thread():
+            return func(*args, **kwargs)
+
+    return wrapper
