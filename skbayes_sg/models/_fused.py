@@ -20,8 +20,10 @@ import weakref
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import expit
 
 from ..rows._array import ArrayRows
+from .glm.logistic import LogisticFamily
 
 #: Largest ``A`` (bytes) the fused force forms; beyond it the chains use their own estimators.
 MAX_BYTES = 2**27
@@ -63,10 +65,14 @@ class FusedForce:
         np.matmul(Z[:, None, :], self.At, out=eta[:, None, :])
         eta += self.eta0
         # Elementwise over the stack: each chain's residuals are its own.
-        r = self.family.gradient_terms(eta[..., None], self.y, Z[:, Z.shape[1] :])[0][..., 0]
+        if type(self.family) is LogisticFamily:
+            # Its gradient_terms' y - expit(eta), in place: the same operations, no temporaries.
+            expit(eta, out=eta)
+            np.subtract(self.y, eta, out=eta)
+        else:
+            eta[...] = self.family.gradient_terms(eta[..., None], self.y, Z[:, Z.shape[1] :])[0][..., 0]
         if self.w is not None:
-            r *= self.w
-        eta[...] = r
+            eta *= self.w
         if self.Q.ndim == 2:
             buf[:, N:] = Z
         np.matmul(buf[:, None, :], self.AQ, out=out[:, None, :])
