@@ -214,7 +214,12 @@ class ChainRunner:
         # 1 MB (a long chain's draw buffer) and Ray maps every array from its object store,
         # both read-only, and a chain updates its state and draws in place. cloudpickle, as
         # loky uses, so that a sampler class defined in a script still travels.
-        return _unpickle_runner, (cloudpickle.dumps(self.__dict__),)
+        state = self.__dict__
+        if self.k == self.k0:
+            # A draw buffer that holds no draw yet (a round's, on its way to a worker) travels
+            # as its shape: its bytes are garbage, up to a megabyte a chain a round on a9a.
+            state = dict(state, draws=None, stats=None, _empty_buffers=(self.draws.shape, self.stats.shape))
+        return _unpickle_runner, (cloudpickle.dumps(state),)
 
     @property
     def done(self):
@@ -455,7 +460,11 @@ def _generator(state):
 
 def _unpickle_runner(state):
     runner = ChainRunner.__new__(ChainRunner)
-    runner.__dict__.update(pickle.loads(state))
+    state = pickle.loads(state)
+    shapes = state.pop("_empty_buffers", None)
+    if shapes is not None:
+        state["draws"], state["stats"] = np.empty(shapes[0]), np.empty(shapes[1])
+    runner.__dict__.update(state)
     return runner
 
 
@@ -520,21 +529,38 @@ def call_with_model(worker, model, method, *args):
         worker.grad_estimator.model = None
 
 
-def _advance(runners, model, n_steps):
-    """One task: a group of chains advanced by ``n_steps`` (:func:`advance_group`) with the model attached."""
+def _advance(runners, model, n_steps, rows=None):
+    """One task: a group of chains advanced by ``n_steps`` (:func:`advance_group`) with the model
+    attached, and with ``rows`` (one :meth:`~.minibatch.MinibatchGradient.detach_rows` per
+    runner; None: they kept theirs), detached again before the runners travel back."""
     tic = time.perf_counter()
-    for r in runners:
+    for i, r in enumerate(runners):
         r.grad_estimator.model = model
+        if rows is not None:
+            _attach_rows(r, rows[i])
     try:
         with one_blas_thread():
             advance_group(runners, n_steps)
     finally:
         for r in runners:
             r.grad_estimator.model = None
+            if rows is not None:
+                _detach_rows(r)
     seconds = (time.perf_counter() - tic) / len(runners)
     for r in runners:
         r.compute_seconds = seconds
     return runners
+
+
+def _detach_rows(runner):
+    """The runner's per-row arrays, removed from its gradient estimator (None if it has none)."""
+    detach = getattr(runner.grad_estimator, "detach_rows", None)
+    return None if detach is None else detach()
+
+
+def _attach_rows(runner, held):
+    if held is not None:
+        runner.grad_estimator.attach_rows(held)
 
 
 def start_chains(spec, starts, seeds, progress=None):
@@ -669,7 +695,7 @@ def _round(parallel, runners, model, n_steps, n_groups):
     On an interrupt, wherever it lands, every runner is given back whole: advanced in
     place (this process), as returned (a worker's round that completed) or as it was.
     """
-    out, held = list(runners), {}
+    out, held, rows = list(runners), {}, []
     try:
         for i, r in enumerate(runners):
             held[i] = r.detach_draws(n_steps)
@@ -677,12 +703,22 @@ def _round(parallel, runners, model, n_steps, n_groups):
         if parallel is None:
             advanced = [_advance(runners, model, n_steps)]
         else:
-            advanced = parallel(delayed(_advance)([runners[i] for i in g], model, n_steps) for g in groups)
+            # The per-row arrays stay here: each task's pickle holds one copy of those its chains
+            # share (a runner pickles itself apart, so it would carry its own), none come back.
+            for r in runners:
+                rows.append(_detach_rows(r))
+            advanced = parallel(
+                delayed(_advance)([runners[i] for i in g], model, n_steps, [rows[i] for i in g]) for g in groups
+            )
         for i, r in enumerate(r for group in advanced for r in group):
+            if rows:
+                _attach_rows(r, rows[i])
             out[i] = r.attach_draws(held[i])
             del held[i]
     except KeyboardInterrupt:
         for i in list(held):
+            if i < len(rows):
+                _attach_rows(out[i], rows[i])
             out[i] = out[i].attach_draws(held.pop(i))
         raise ChainsInterrupted(out) from None
     return out

@@ -50,6 +50,24 @@ class RowDistribution:
             leftover = impossible & (self.alias == np.arange(N))
             self.alias[leftover] = int(np.argmax(self.p))
 
+    def __getstate__(self):
+        # The importance weights are rebuilt on demand, not stored or shipped.
+        state = dict(self.__dict__)
+        state.pop("_weights", None)
+        return state
+
+    def importance_weights(self, n_samples):
+        """``c_i = 1 / (N p_i)`` (0 for rows of probability zero, which are never drawn): the
+        weights that keep an importance-sampled force unbiased. Computed once and shared by every
+        chain's estimator, so a group of chains holds (and ships) one copy."""
+        cached = getattr(self, "_weights", None)
+        if cached is None or cached[0] != n_samples:
+            with np.errstate(divide="ignore"):
+                c = 1.0 / (n_samples * self.p)
+            c[self.p == 0] = 0.0
+            cached = self._weights = (n_samples, c)
+        return cached[1]
+
     def draw(self, rng, size):
         """Row indices of shape ``size``."""
         i = rng.integers(0, self.accept.size, size=size)
@@ -169,11 +187,20 @@ class MinibatchGradient:
         if row_probabilities is not None and not self.full and scheme == "replacement":
             dist = row_probabilities
             self._rows_dist = dist if isinstance(dist, RowDistribution) else RowDistribution(dist)
-            # c_i = 1 / (N p_i): the importance weight that keeps (N/n) sum_S c_i g_i unbiased
-            # (rows of probability zero, which are never drawn, get 0).
-            with np.errstate(divide="ignore"):
-                self._row_scale = 1.0 / (N * self._rows_dist.p)
-            self._row_scale[self._rows_dist.p == 0] = 0.0
+            # c_i = 1 / (N p_i): the importance weight that keeps (N/n) sum_S c_i g_i unbiased.
+            self._row_scale = self._rows_dist.importance_weights(N)
+
+    def detach_rows(self):
+        """Remove the per-row arrays (the row distribution and importance weights, O(N)) and
+        return them for :meth:`attach_rows`: a chain shipped to a worker process each round
+        travels without them, and the arrays, shared by the chains, travel once beside it."""
+        held = (self._rows_dist, self._row_scale)
+        self._rows_dist = self._row_scale = None
+        return held
+
+    def attach_rows(self, held):
+        """Give back the arrays of :meth:`detach_rows`."""
+        self._rows_dist, self._row_scale = held
 
     def _next_rows(self, rng):
         """Rows of the next minibatch and the factor that turns their gradient sum into N x mean."""

@@ -174,3 +174,71 @@ def test_a_diverging_batched_chain_names_its_iteration(cancer):
     with pytest.raises(DivergenceError, match=r"non-finite by iteration \d+.*smaller step_size") as info:
         SGBayesLogisticRegression(sampler=SGLD(step_size=50.0, preconditioner="none"), n_iter=300).fit(X, y)
     assert info.value.iteration is not None
+
+
+def test_row_dots_and_scaled_normals_round_as_each_chain_alone():
+    # The stacked kernels' shortcuts must give every row exactly what the chain alone computes.
+    from skbayes_sg.samplers._batched import ChainsState, ou_coefficients, row_dots
+    from skbayes_sg.samplers._state import SamplerState
+
+    rng = np.random.default_rng(4)
+    for C, P in [(1, 3), (3, 31), (4, 124), (2, 1000)]:
+        p = rng.standard_normal((C, P)) * rng.uniform(0.1, 10.0, (C, 1))
+        np.testing.assert_array_equal(row_dots(p), [float(row @ row) for row in p])
+    states = [SamplerState(theta=rng.standard_normal(5), step_size=0.1) for _ in range(3)]
+    scale = np.array([[0.5], [2.0], [3.0]])
+    for predraw in (False, True):
+        a, b = ChainsState(states, ("theta",)), ChainsState(states, ("theta",))
+        rngs_a = [np.random.default_rng(s) for s in range(3)]
+        rngs_b = [np.random.default_rng(s) for s in range(3)]
+        if predraw:
+            a.predraw(rngs_a, 2)
+            b.predraw(rngs_b, 2)
+        for _ in range(3):  # past the predrawn block too
+            expected = a.normals(rngs_a, np.empty((3, 5))) * scale
+            np.testing.assert_array_equal(b.scaled_normals(rngs_b, scale, np.empty((3, 5))), expected)
+    # The coefficients kept for the next O step are those of its own friction, step and diffusion.
+    chains = ChainsState(states, ("theta",))
+    first = ou_coefficients(np.array([0.0, 1.0, 2.0]), 1.0, 0.1, chains)
+    fresh = ou_coefficients(np.array([0.0, 1.0, 2.5]), 1.0, 0.1)
+    again = ou_coefficients(np.array([0.0, 1.0, 2.5]), 1.0, 0.1, chains)
+    np.testing.assert_array_equal(again[0], fresh[0])
+    np.testing.assert_array_equal(again[1], fresh[1])
+    assert first[0][2, 0] != again[0][2, 0]
+    other_step = ou_coefficients(np.array([0.0, 1.0, 2.5]), 1.0, 0.2, chains)
+    assert other_step[0][1, 0] == np.exp(-0.2) and other_step[1][0, 0] == np.sqrt(0.4)
+
+
+def test_a_round_ships_no_row_arrays_and_no_empty_draw_buffer(cancer):
+    # What a round pickles per chain: neither the row distribution and importance weights (O(N),
+    # shared, shipped once per task beside the chains) nor a draw buffer that holds no draw yet.
+    import pickle
+
+    from skbayes_sg.minibatch import RowDistribution
+
+    model = _whitened(LogisticModel(*cancer, alpha=1.0))
+    N = model.n_samples
+    dist = RowDistribution(np.random.default_rng(0).uniform(0.5, 1.5, N))
+    spec = ChainSpec(
+        MCCAdL(step_size=0.2), model, 4000, 0, 1, None, GradientSpec(batch_size=64, row_probabilities=dist)
+    )
+    runners = start_chains(spec, [np.zeros(model.n_params)] * 2, np.random.SeedSequence(0).spawn(2))
+    # The importance weights are computed once for all the chains.
+    assert runners[0].grad_estimator._row_scale is runners[1].grad_estimator._row_scale
+    r = runners[0]
+    with_rows = len(pickle.dumps(r))
+    held = chains._detach_rows(r)
+    without = len(pickle.dumps(r))
+    assert with_rows - without > 3.5 * N * 8
+    draws = r.detach_draws(4000)
+    assert r.draws.nbytes > 4000 * 8
+    shipped = pickle.loads(pickle.dumps(r))
+    assert len(pickle.dumps(r)) < 0.5 * r.draws.nbytes
+    assert shipped.draws.shape == r.draws.shape and shipped.stats.shape == r.stats.shape
+    assert shipped.draws.flags.writeable
+    chains._attach_rows(r, held)
+    r.attach_draws(draws)
+    # A buffer holding draws travels whole.
+    _advance([r], model, 10)
+    assert pickle.loads(pickle.dumps(r)).kept_draws().shape == (10, model.n_params)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(r)).kept_draws(), r.kept_draws())

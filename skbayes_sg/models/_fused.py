@@ -9,9 +9,10 @@ gather and no per-row bookkeeping. In the coordinates ``z`` of a whitened model,
 
 where the Gaussian prior's gradient in ``z``, ``L' (-Lambda (m + L z))``, is the constant
 ``b = -L' Lambda m`` and the matrix ``Q = L' Lambda L``. Unwhitened models are the case
-``L = I``, ``m = 0``. Each chain's products are matrix-vector products of its own row (not one
-matrix-matrix product over the chains): a product over a stack of rows rounds differently
-with the stack's height, and the chains' draws must not depend on how they are grouped into
+``L = I``, ``m = 0``. Each chain's products are matrix-vector products of its own row (a
+stacked ``matmul``, which numpy runs as one BLAS product per row; not one matrix-matrix
+product over the chains): a product over a stack of rows rounds differently with the
+stack's height, and the chains' draws must not depend on how they are grouped into
 processes (``n_jobs``).
 """
 
@@ -19,8 +20,10 @@ import weakref
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import expit
 
 from ..rows._array import ArrayRows
+from .glm.logistic import LogisticFamily
 
 #: Largest ``A`` (bytes) the fused force forms; beyond it the chains use their own estimators.
 MAX_BYTES = 2**27
@@ -58,18 +61,21 @@ class FusedForce:
         if buf is None or buf.shape[0] != C:
             buf = self._buf = np.empty((C, self.AQ.shape[0]))
         eta = buf[:, :N]
-        for c in range(C):
-            np.matmul(Z[c], self.At, out=eta[c])
+        # Stacked (C, 1, P) @ (P, N): numpy calls the same BLAS product row by row.
+        np.matmul(Z[:, None, :], self.At, out=eta[:, None, :])
         eta += self.eta0
         # Elementwise over the stack: each chain's residuals are its own.
-        r = self.family.gradient_terms(eta[..., None], self.y, Z[:, Z.shape[1] :])[0][..., 0]
+        if type(self.family) is LogisticFamily:
+            # Its gradient_terms' y - expit(eta), in place: the same operations, no temporaries.
+            expit(eta, out=eta)
+            np.subtract(self.y, eta, out=eta)
+        else:
+            eta[...] = self.family.gradient_terms(eta[..., None], self.y, Z[:, Z.shape[1] :])[0][..., 0]
         if self.w is not None:
-            r *= self.w
-        eta[...] = r
+            eta *= self.w
         if self.Q.ndim == 2:
             buf[:, N:] = Z
-        for c in range(C):
-            np.matmul(buf[c], self.AQ, out=out[c])
+        np.matmul(buf[:, None, :], self.AQ, out=out[:, None, :])
         if self.Q.ndim == 1:
             out -= self.Q * Z
         out += self.b

@@ -23,8 +23,8 @@ class ChainsState:
         Shared by the chains.
     states : list of SamplerState
         The chains' own states, for what a kernel keeps per chain outside ``fields``.
-    noise : ndarray of shape (C, P)
-        Work array of the chains' normals.
+    noise, work : ndarray of shape (C, P)
+        Work arrays: the chains' normals, and a kernel's scratch.
     """
 
     def __init__(self, states, fields):
@@ -33,7 +33,9 @@ class ChainsState:
         for name in fields:
             setattr(self, name, np.array([getattr(s, name) for s in states], dtype=float))
         self.noise = np.empty_like(self.theta)
+        self.work = np.empty_like(self.theta)
         self._block, self._next = None, 0
+        self._ou_cache = None
 
     def predraw(self, rngs, n):
         """Draw each chain's next ``n`` normal vectors now, in one call per chain (the same
@@ -53,6 +55,18 @@ class ChainsState:
             self._next += 1
             return out
         return normals(rngs, out)
+
+    def scaled_normals(self, rngs, scale, out):
+        """``out`` filled with the next normals of every chain times ``scale`` (broadcast), the
+        same numbers as :meth:`normals` then ``out *= scale``, without copying a predrawn block."""
+        block = self._block
+        if block is not None and self._next < block.shape[0]:
+            np.multiply(block[self._next], scale, out=out)
+            self._next += 1
+            return out
+        normals(rngs, out)
+        out *= scale
+        return out
 
     def write_back(self, states):
         """Copy each chain's row of the fields back into its own state."""
@@ -81,29 +95,52 @@ def normals(rngs, out):
 
 
 def row_dots(p):
-    """``p[c] @ p[c]`` of every row, shape (C,): one dot product per row, as one chain computes it."""
-    return np.array([float(row @ row) for row in p])
+    """``p[c] @ p[c]`` of every row, shape (C,): one dot product per row, as one chain computes it.
+
+    One stacked ``matmul`` of ``(C, 1, P) @ (C, P, 1)``: numpy loops over the stack calling the
+    same BLAS dot product as ``p[c] @ p[c]``, so every row rounds as it does alone.
+    """
+    return np.matmul(p[:, None, :], p[:, :, None]).reshape(len(p))
 
 
 def ou_exact_rows(p, friction, diffusion, delta, chains, rngs):
     """:func:`~._substeps.ou_exact` on every row of ``p``, row ``c`` with ``friction[c]``, the
     normals from ``chains`` (:meth:`ChainsState.normals`)."""
-    decay, scale = np.empty(len(p)), np.empty(len(p))
-    for c, f in enumerate(friction):
-        f = float(f)
-        if f == 0.0:
-            decay[c], scale[c] = 1.0, math.sqrt(2.0 * diffusion * delta)
-            continue
-        try:
-            decay[c] = math.exp(-f * delta)
-            scale[c] = math.sqrt(diffusion * -math.expm1(-2.0 * f * delta) / f)
-        except OverflowError:
-            decay[c] = scale[c] = math.inf
-    noise = chains.normals(rngs, chains.noise)
-    p *= decay[:, None]
-    noise *= scale[:, None]
+    decay, scale = ou_coefficients(friction, diffusion, delta, chains)
+    noise = chains.scaled_normals(rngs, scale, chains.noise)
+    p *= decay
     p += noise
     return p
+
+
+def ou_coefficients(friction, diffusion, delta, chains=None):
+    """The decay ``exp(-f delta)`` and noise scale of :func:`~._substeps.ou_exact` for each
+    friction ``f`` of ``friction`` (C,), as columns (C, 1), by the scalar formulas of one chain.
+
+    Kept on ``chains`` for the next call: mCCAdL's first O step of an iteration has the
+    friction, step and diffusion of the previous iteration's last one.
+    """
+    key = (friction.tolist(), diffusion, delta)
+    cached = getattr(chains, "_ou_cache", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    decay, scale = [], []
+    for f in key[0]:
+        if f == 0.0:
+            decay.append(1.0)
+            scale.append(math.sqrt(2.0 * diffusion * delta))
+            continue
+        try:
+            d = math.exp(-f * delta)
+            s = math.sqrt(diffusion * -math.expm1(-2.0 * f * delta) / f)
+        except OverflowError:
+            d = s = math.inf
+        decay.append(d)
+        scale.append(s)
+    out = (np.array(decay)[:, None], np.array(scale)[:, None])
+    if chains is not None:
+        chains._ou_cache = (key, out)
+    return out
 
 
 def ou_euler_rows(p, friction, diffusion, delta, chains, rngs):

@@ -311,14 +311,17 @@ class MCCAdL(ThermostatSampler):
     def step_batch(self, chains, grads, rngs):
         h, A, T = chains.step_size, self.friction, self.temperature
         half = 0.5 * h
-        theta, p = chains.theta, chains.p
-        P = p.shape[1]
+        theta, p, force = chains.theta, chains.p, chains.force
+        C, P = p.shape
         mu = self._mu(P)
-        p += half * chains.force
-        theta += half * p
-        ou_exact_rows(p, chains.xi, A * T, half, chains, rngs)
+        PT, AT = P * T, A * T
+        # One work array for the scaled kicks and drifts (no temporaries), the same products.
+        work = chains.work
+        p += np.multiply(force, half, out=work)
+        theta += np.multiply(p, half, out=work)
+        ou_exact_rows(p, chains.xi, AT, half, chains, rngs)
         kinetic = row_dots(p)
-        xi = chains.xi + half * (kinetic - P * T) / mu
+        xi = chains.xi + half * (kinetic - PT) / mu
         if grads.noise_scale > 0.0:
             # The C step chain by chain: each has its own minibatch's Sigma and norm estimates.
             for c, state in enumerate(chains.states):
@@ -326,21 +329,24 @@ class MCCAdL(ThermostatSampler):
         # (With full data, noise_scale = 0, C is the identity.)
         pp = row_dots(p)
         kinetic += pp
-        xi = xi + half * (pp - P * T) / mu
-        ou_exact_rows(p, xi, A * T, half, chains, rngs)
-        theta += half * p
-        per_example = grads.forces(theta, rngs, chains.force, per_example=grads.noise_scale > 0.0)
+        xi = xi + half * (pp - PT) / mu
+        ou_exact_rows(p, xi, AT, half, chains, rngs)
+        theta += np.multiply(p, half, out=work)
+        per_example = grads.forces(theta, rngs, force, per_example=grads.noise_scale > 0.0)
         if per_example is not None:
             lagged = self.sigma_estimate == "lagged"
             for state, g in zip(chains.states, per_example):
                 if lagged:
                     state.grads_prev = state.grads
                 state.grads = g
-        p += half * chains.force
+        p += np.multiply(force, half, out=work)
         chains.xi = xi
         for state in chains.states:
             state.n_steps += 1
-        return np.stack([xi, 0.5 * kinetic / P], axis=1)
+        info = np.empty((C, 2))
+        info[:, 0] = xi
+        info[:, 1] = 0.5 * kinetic / P
+        return info
 
     def _c_step(self, state, grad_estimator, theta, p, rng):
         """C(h) of one chain: ``exp(h Sigma~) p`` (eq. 17), counting its operator products."""
