@@ -63,11 +63,16 @@ _FLOAT32_LIMIT = 1e30
 _FLOAT32_SAFE = float(np.finfo(np.float32).max) / 1e3
 
 
+def _max_abs(v):
+    """``max |v|`` of a dense array without the temporary ``|v|`` (two reductions, no copy)."""
+    return max(float(v.max()), -float(v.min())) if v.size else 0.0
+
+
 def _op_scale(v, dtype):
     """Factor that brings ``v`` to max-abs 1 before a single-precision product (1 in double)."""
     if dtype == np.float64:
         return 1.0
-    m = float(np.max(np.abs(v))) if v.size else 0.0
+    m = _max_abs(v)
     return m if 0.0 < m < np.inf else 1.0
 
 
@@ -426,7 +431,7 @@ class DRBMModel(RowData, Model):
         B *= 0.5
         Uh = 0.5 * U.T
         dt = self.dtype
-        if dt != np.float64 and largest_abs(B) + largest_abs(Uh) > _FLOAT32_LIMIT:
+        if dt != np.float64 and _max_abs(B) + _max_abs(Uh) > _FLOAT32_LIMIT:
             dt = np.dtype(np.float64)
         return B.astype(dt, copy=False), np.ascontiguousarray(Uh, dtype=dt)
 
