@@ -125,7 +125,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     n_iter : int or "auto", default="auto"
         Sampler iterations per chain, burn-in included. ``"auto"`` runs in blocks until the
         predictive has converged (the per-draw training log loss has split R-hat below 1.01
-        and bulk and tail ESS of 100 per chain, see Notes), at most
+        and bulk and tail ESS of 100 per chain, and the monitored rows' median bulk ESS is
+        100 per chain and their largest R-hat below :data:`RHAT_MAX_ROWS`, see Notes), at most
         :data:`AUTO_MAX_ITER` (10,000) iterations per chain: a ceiling set so that the
         default fit of a data set the size of digits (1,257 x 64, 10 classes) takes about a
         minute of wall time even when it reaches it (it converges there in about 8,000, in
@@ -219,11 +220,12 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     rank-normalised split R-hat and bulk and tail ESS are ``diagnostics_["predictive_rhat"]``,
     ``["predictive_ess"]`` and ``["predictive_ess_tail"]``. ``fit`` raises a
     ``ConvergenceWarning`` when that R-hat exceeds 1.01 or either ESS is below 100 per
-    chain (Vehtari et al. 2021), and ``n_iter="auto"`` runs until neither holds. Each
+    chain (Vehtari et al. 2021). Each
     monitored row's log predictive probability is checked too (chains in different modes
     can agree on the mean and not on single rows): ``fit`` also warns when the largest of
     their R-hats exceeds :data:`RHAT_MAX_ROWS` (1.05, the bound for the worst of 256) or
-    their median bulk ESS is below 100 per chain. ``summary()`` lists both monitors before
+    their median bulk ESS is below 100 per chain. ``n_iter="auto"`` runs until none of
+    these holds. ``summary()`` lists both monitors before
     the parameters. The log
     loss follows the overall scale of the weights, the slowest direction of the chains.
     The training rows are what ``fit`` has: the per-draw log loss on held-out rows can
