@@ -83,6 +83,7 @@ def main():
                 print(json.dumps(row), flush=True)
                 if sink:
                     sink.write(json.dumps(row) + "\n")
+                    sink.flush()  # a stopped run keeps its rows
         summary = _summary(rows)
         print(json.dumps(summary), flush=True)
         if sink:
