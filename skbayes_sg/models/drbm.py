@@ -141,19 +141,22 @@ class DRBMPerExampleGradients(PerExampleGradients):
             dtype = A.dtype
         else:
             n, C, H = A_kernel.shape
-        self._dtype = np.dtype(dtype)
+        # Not kept as an attribute: a numpy dtype object is not among the types skops.io loads
+        # without being told to trust them (a fitted estimator's chain states hold operators);
+        # the stored arrays carry it (``_a_op.dtype``).
+        dtype = np.dtype(dtype)
         D = X.shape[1]
         self._dims = (H, D, C)
         self.n_batch = n
         self.n_params = H * D + H * C + ((H + C) if fit_intercept else 0)
         # Copies of a and X in the stored precision for the W-parts of the products.
-        self._a_op = a.astype(self._dtype, copy=False)
+        self._a_op = a.astype(dtype, copy=False)
         self._sparse = sp.issparse(X)
         if self._sparse:
             # Stays sparse: a single-precision copy of the minibatch's non-zeros only.
-            self._X_op = _as_csr(X).astype(self._dtype, copy=False)
+            self._X_op = _as_csr(X).astype(dtype, copy=False)
         else:
-            self._X_op = np.asarray(X, dtype=self._dtype)
+            self._X_op = np.asarray(X, dtype=dtype)
         self._A_sum = A_sum
         self._mean = None
 
@@ -162,7 +165,7 @@ class DRBMPerExampleGradients(PerExampleGradients):
         """``A`` (n, H, C), copied from the kernel's (n, C, H) layout on first use."""
         if self._A is None:
             n, C, H = self._A_kernel.shape
-            A = np.empty((n, H, C), dtype=self._dtype)
+            A = np.empty((n, H, C), dtype=self._a_op.dtype)
             A[...] = self._A_kernel.transpose(0, 2, 1)
             self._A, self._A_kernel = A, None
         return self._A
@@ -208,7 +211,7 @@ class DRBMPerExampleGradients(PerExampleGradients):
     def matvec(self, v):
         """``G @ v``, shape (n,), in O(n (H C + H D))."""
         W, U, c, d = self._parts(np.asarray(v, dtype=float))
-        dt = self._dtype
+        dt = self._a_op.dtype
         # Both products in the stored precision (float64 operands against float32 arrays
         # would copy the arrays to float64), on v scaled to max |v| = 1 so that float32
         # cannot overflow where float64 would not (|A| <= 1, |a| <= H).
@@ -231,8 +234,9 @@ class DRBMPerExampleGradients(PerExampleGradients):
     def rmatvec(self, u):
         """``G.T @ u``, shape (P,), in O(n (H C + H D))."""
         u = np.asarray(u, dtype=float)
-        scale = _op_scale(u, self._dtype)
-        u_op = (u / scale).astype(self._dtype)
+        dt = self._a_op.dtype
+        scale = _op_scale(u, dt)
+        u_op = (u / scale).astype(dt)
         if self._sparse:
             # sum_i u_i a_ij x_i = (X' (a * u))': O(nnz H), X stays sparse.
             w = np.asarray(self._X_op.T @ (self._a_op * u_op[:, None])).T
