@@ -125,7 +125,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     n_iter : int or "auto", default="auto"
         Sampler iterations per chain, burn-in included. ``"auto"`` runs in blocks until the
         predictive has converged (the per-draw training log loss has split R-hat below 1.01
-        and bulk and tail ESS of 100 per chain, see Notes), at most
+        and bulk and tail ESS of 100 per chain, and the monitored rows' median bulk ESS is
+        100 per chain and their largest R-hat below :data:`RHAT_MAX_ROWS`, see Notes), at most
         :data:`AUTO_MAX_ITER` (10,000) iterations per chain: a ceiling set so that the
         default fit of a data set the size of digits (1,257 x 64, 10 classes) takes about a
         minute of wall time even when it reaches it (it converges there in about 8,000, in
@@ -219,11 +220,12 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     rank-normalised split R-hat and bulk and tail ESS are ``diagnostics_["predictive_rhat"]``,
     ``["predictive_ess"]`` and ``["predictive_ess_tail"]``. ``fit`` raises a
     ``ConvergenceWarning`` when that R-hat exceeds 1.01 or either ESS is below 100 per
-    chain (Vehtari et al. 2021), and ``n_iter="auto"`` runs until neither holds. Each
+    chain (Vehtari et al. 2021). Each
     monitored row's log predictive probability is checked too (chains in different modes
     can agree on the mean and not on single rows): ``fit`` also warns when the largest of
     their R-hats exceeds :data:`RHAT_MAX_ROWS` (1.05, the bound for the worst of 256) or
-    their median bulk ESS is below 100 per chain. ``summary()`` lists both monitors before
+    their median bulk ESS is below 100 per chain. ``n_iter="auto"`` runs until none of
+    these holds. ``summary()`` lists both monitors before
     the parameters. The log
     loss follows the overall scale of the weights, the slowest direction of the chains.
     The training rows are what ``fit`` has: the per-draw log loss on held-out rows can
@@ -445,7 +447,22 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         return cache[2].reshape(draws.shape[:-1]), cache[3].reshape(draws.shape[:-1] + (y.size,))
 
     def _run_length_summary(self, draws):
-        return diagnostics.summarize(self._per_draw_log_loss(draws))
+        """What ``n_iter="auto"`` runs on: the log loss's diagnostics and the per-row check's.
+
+        The fitted estimator warns on both monitors (:meth:`_convergence_messages`), so the run
+        goes on until both pass: the log loss's split R-hat below 1.01 and its bulk and tail
+        ESS at the floor, and the monitored rows' median bulk ESS at the floor and their
+        largest R-hat below :data:`RHAT_MAX_ROWS` (entered as an R-hat at the shared
+        :data:`~skbayes_sg._run_length.RHAT_MAX` when above it, so that the rule doubles the run).
+        """
+        summary = diagnostics.summarize(self._per_draw_log_loss(draws))
+        rows = row_diagnostics(self._per_draw_row_log_proba(draws))
+        rows_rhat = RHAT_MAX if rows["predictive_rows_rhat"] > RHAT_MAX_ROWS else 1.0
+        return {
+            "ess_bulk": np.array([summary["ess_bulk"], rows["predictive_rows_ess_median"]]),
+            "ess_tail": np.array([summary["ess_tail"]]),
+            "rhat": np.array([summary["rhat"], rows_rhat]),
+        }
 
     def _initial_points(self, model):
         if isinstance(self.init, str) and self.init == "random":
@@ -574,7 +591,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
             )
             suggest = int(np.ceil(self.n_iter_ * max(growth, 1.25) / 1000.0)) * 1000
             messages.append(f"about n_iter={suggest} would reach it.")
-        if messages and self.n_iter == "auto" and "n_iter_blocks" in diag:
+        if messages and self.n_iter == "auto" and diag.get("n_iter_blocks", [0])[-1] >= self._run_length_max_iter:
             messages.append(
                 f"n_iter='auto' stopped at its ceiling of {diag['n_iter_blocks'][-1]} iterations per chain: the "
                 "chains move too slowly for it. Use a larger step size or an explicit, larger n_iter."

@@ -338,3 +338,30 @@ def test_huge_features_fall_back_to_double_precision_operators():
         assert np.isfinite(clf.predict_proba(X)).all()
     assert DRBMModel(X, y, n_classes=2, n_hidden=3).operator_dtype == np.float64
     assert DRBMModel(X / 1e150, y, n_classes=2, n_hidden=3).operator_dtype == np.float32
+
+
+def test_one_block_operator_defers_the_transposed_copy_and_equals_the_eager_one():
+    # Issue 31: a minibatch in one block keeps the kernel's (n, C, H) array and builds A (n, H, C)
+    # on the first product; the force's operator, used for its mean alone, never does. The
+    # products are the same, bit for bit, as those of the operator whose A is copied eagerly
+    # (the blocked path's).
+    model, theta, X, y = _small_model(True, "float32")
+    idx = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9])
+    lazy = model.per_example_gradients(theta, idx)
+    assert lazy._A is None
+    lazy.mean()
+    assert lazy._A is None  # the mean needs no A
+    Xi, yi, w, _ = model.rows.gather(idx)
+    A = np.empty((idx.size, model.n_hidden, model.n_classes), dtype=model.operator_dtype)
+    _, a, r, A_sum = model._batch(theta, Xi, yi, A_out=A, w=w)
+    eager = DRBMPerExampleGradients(Xi, A, a, r, model.fit_intercept, A_sum=A_sum)
+    rng = np.random.default_rng(3)
+    v, u = rng.normal(size=model.n_params), rng.normal(size=idx.size)
+    np.testing.assert_array_equal(lazy.mean(), eager.mean())
+    np.testing.assert_array_equal(lazy.matvec(v), eager.matvec(v))
+    np.testing.assert_array_equal(lazy.rmatvec(u), eager.rmatvec(u))
+    np.testing.assert_array_equal(lazy.sum_of_squares(), eager.sum_of_squares())
+    np.testing.assert_array_equal(lazy.A, eager.A)
+    # scale_rows (importance weights) builds A and scales it in place, as before.
+    c = rng.uniform(0.5, 2.0, idx.size)
+    np.testing.assert_array_equal(lazy.scale_rows(c).matvec(v), eager.scale_rows(c).matvec(v))

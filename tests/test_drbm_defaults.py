@@ -304,3 +304,40 @@ def test_drbm_reports_and_warns_on_its_per_row_predictive():
     assert table["r_hat"][1] == pytest.approx(d["predictive_rows_rhat"])
     assert len(table["parameter"]) == 2 + clf.samples_.shape[-1]
     assert "predictive: training log loss" in str(table)
+
+
+def test_auto_run_length_also_waits_for_the_per_row_check(monkeypatch):
+    # Issue 31: n_iter="auto" stopped once the log loss had converged while the monitored rows'
+    # median ESS was still below the floor, and fit then warned after an "auto" run that had
+    # not reached its ceiling ("stopped at its ceiling of 4235"). The rule now asks for both.
+    from skbayes_sg._run_length import required_growth
+
+    rng = np.random.default_rng(0)
+    clf = SGBayesDRBMClassifier(n_chains=4)
+    loss = rng.standard_normal((4, 500))  # independent draws: the log loss passes
+    rows = rng.standard_normal((4, 500, 16))
+    # Rows whose chains move slowly (a random walk: low ESS, R-hat still modest).
+    slow = np.cumsum(rng.standard_normal((4, 500, 16)), axis=1) * 0.02 + rows
+    draws = np.zeros((4, 500, 3))
+    for per_row, grows in ((rows, False), (slow, True)):
+        monkeypatch.setattr(clf, "_monitor_values", lambda d, per_row=per_row: (loss, per_row), raising=False)
+        summary = clf._run_length_summary(draws)
+        assert (required_growth(summary, 4, clf._run_length_ess_target) > 1.0) == grows
+    # Rows in different modes (R-hat above RHAT_MAX_ROWS) double the run like a failed R-hat.
+    split = rows.copy()
+    split[:2, :, 0] += 5.0
+    monkeypatch.setattr(clf, "_monitor_values", lambda d: (loss, split), raising=False)
+    assert required_growth(clf._run_length_summary(draws), 4, clf._run_length_ess_target) >= 2.0
+
+
+def test_ceiling_sentence_only_when_the_ceiling_was_reached():
+    X, y = _moons()
+    clf = SGBayesDRBMClassifier(n_hidden=2, n_iter=300, n_chains=2, batch_size=None, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(X, y)
+    clf.n_iter = "auto"  # as if an auto run had stopped at 1,500 with the checks failing
+    clf.diagnostics_.update(n_iter_blocks=[1000, 1500], predictive_rhat=1.2)
+    assert not any("ceiling" in m for m in clf._convergence_messages())
+    clf.diagnostics_["n_iter_blocks"] = [1000, clf._run_length_max_iter]
+    assert any("stopped at its ceiling" in m for m in clf._convergence_messages())

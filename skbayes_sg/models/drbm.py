@@ -63,11 +63,16 @@ _FLOAT32_LIMIT = 1e30
 _FLOAT32_SAFE = float(np.finfo(np.float32).max) / 1e3
 
 
+def _max_abs(v):
+    """``max |v|`` of a dense array without the temporary ``|v|`` (two reductions, no copy)."""
+    return max(float(v.max()), -float(v.min())) if v.size else 0.0
+
+
 def _op_scale(v, dtype):
     """Factor that brings ``v`` to max-abs 1 before a single-precision product (1 in double)."""
     if dtype == np.float64:
         return 1.0
-    m = float(np.max(np.abs(v))) if v.size else 0.0
+    m = _max_abs(v)
     return m if 0.0 < m < np.inf else 1.0
 
 
@@ -116,31 +121,63 @@ class DRBMPerExampleGradients(PerExampleGradients):
         Whether the parameter vector holds the biases ``c`` and ``d``.
     A_sum : ndarray of shape (H, C), optional
         ``sum_i A_i``, when the caller already has it (saves a pass over ``A``).
+    A_kernel : ndarray of shape (n, C, H), optional
+        With ``A=None``: the same values in the kernel's layout, copied into ``A`` (in
+        ``dtype``) only when a product first needs it. An operator used for its
+        :meth:`mean` alone (the force of a sampler whose noise estimate comes from another
+        minibatch) then never pays for the transposed copy.
+    dtype : numpy dtype, optional
+        ``A``'s dtype when it is built from ``A_kernel``.
     """
 
-    def __init__(self, X, A, a, r, fit_intercept=True, A_sum=None):
+    def __init__(self, X, A, a, r, fit_intercept=True, A_sum=None, A_kernel=None, dtype=None):
         self.X = X
-        self.A = A
+        self._A, self._A_kernel = A, A_kernel
         self.a = a
         self.r = r
         self.fit_intercept = bool(fit_intercept)
-        n, H, C = A.shape
+        if A is not None:
+            n, H, C = A.shape
+            dtype = A.dtype
+        else:
+            n, C, H = A_kernel.shape
+        # Not kept as an attribute: a numpy dtype object is not among the types skops.io loads
+        # without being told to trust them (a fitted estimator's chain states hold operators);
+        # the stored arrays carry it (``_a_op.dtype``).
+        dtype = np.dtype(dtype)
         D = X.shape[1]
         self._dims = (H, D, C)
         self.n_batch = n
         self.n_params = H * D + H * C + ((H + C) if fit_intercept else 0)
-        # (n, H C) view: the U-contractions become matrix-vector products (BLAS).
-        self._A2 = A.reshape(n, H * C)
         # Copies of a and X in the stored precision for the W-parts of the products.
-        self._a_op = a.astype(A.dtype, copy=False)
+        self._a_op = a.astype(dtype, copy=False)
         self._sparse = sp.issparse(X)
         if self._sparse:
             # Stays sparse: a single-precision copy of the minibatch's non-zeros only.
-            self._X_op = _as_csr(X).astype(A.dtype, copy=False)
+            self._X_op = _as_csr(X).astype(dtype, copy=False)
         else:
-            self._X_op = np.asarray(X, dtype=A.dtype)
+            self._X_op = np.asarray(X, dtype=dtype)
         self._A_sum = A_sum
         self._mean = None
+
+    @property
+    def A(self):
+        """``A`` (n, H, C), copied from the kernel's (n, C, H) layout on first use."""
+        if self._A is None:
+            n, C, H = self._A_kernel.shape
+            A = np.empty((n, H, C), dtype=self._a_op.dtype)
+            A[...] = self._A_kernel.transpose(0, 2, 1)
+            self._A, self._A_kernel = A, None
+        return self._A
+
+    @A.setter
+    def A(self, value):
+        self._A, self._A_kernel = value, None
+
+    @property
+    def _A2(self):
+        """(n, H C) view of ``A``: the U-contractions become matrix-vector products (BLAS)."""
+        return self.A.reshape(self.n_batch, -1)
 
     def _parts(self, v):
         H, D, C = self._dims
@@ -174,7 +211,7 @@ class DRBMPerExampleGradients(PerExampleGradients):
     def matvec(self, v):
         """``G @ v``, shape (n,), in O(n (H C + H D))."""
         W, U, c, d = self._parts(np.asarray(v, dtype=float))
-        dt = self._A2.dtype
+        dt = self._a_op.dtype
         # Both products in the stored precision (float64 operands against float32 arrays
         # would copy the arrays to float64), on v scaled to max |v| = 1 so that float32
         # cannot overflow where float64 would not (|A| <= 1, |a| <= H).
@@ -197,8 +234,9 @@ class DRBMPerExampleGradients(PerExampleGradients):
     def rmatvec(self, u):
         """``G.T @ u``, shape (P,), in O(n (H C + H D))."""
         u = np.asarray(u, dtype=float)
-        scale = _op_scale(u, self._A2.dtype)
-        u_op = (u / scale).astype(self._A2.dtype)
+        dt = self._a_op.dtype
+        scale = _op_scale(u, dt)
+        u_op = (u / scale).astype(dt)
         if self._sparse:
             # sum_i u_i a_ij x_i = (X' (a * u))': O(nnz H), X stays sparse.
             w = np.asarray(self._X_op.T @ (self._a_op * u_op[:, None])).T
@@ -426,7 +464,7 @@ class DRBMModel(RowData, Model):
         B *= 0.5
         Uh = 0.5 * U.T
         dt = self.dtype
-        if dt != np.float64 and largest_abs(B) + largest_abs(Uh) > _FLOAT32_LIMIT:
+        if dt != np.float64 and _max_abs(B) + _max_abs(Uh) > _FLOAT32_LIMIT:
             dt = np.dtype(np.float64)
         return B.astype(dt, copy=False), np.ascontiguousarray(Uh, dtype=dt)
 
@@ -457,14 +495,20 @@ class DRBMModel(RowData, Model):
         its likelihood weight ``w`` when given).
 
         Returns ``ll`` (n,), ``a`` (n, H), ``r`` (n, C) and ``A_sum`` (H, C); writes ``A``
-        into ``A_out`` (n, H, C) when given.
+        into ``A_out`` (n, H, C) when given. ``A_out="kernel"`` (rows in one block only):
+        returns ``A`` as a fifth value, in the kernel's (n, C, H) layout, without the copy.
         """
         W, U, c, d = self.unpack(theta)
         n = X.shape[0]
         H, C = self.n_hidden, self.n_classes
         Bh, Uh = self._halves(W, U, c, X)
         m = max(1, min(n, self._block_rows()))
-        T = np.empty((3, m, C, H), dtype=Bh.dtype)
+        keep = isinstance(A_out, str)
+        if keep and m < n:
+            raise ValueError("A_out='kernel' takes rows that fit in one block.")
+        # The second temporary ends as A: with keep, an array of its own that the operator keeps.
+        T = np.empty((2 if keep else 3, m, C, H), dtype=Bh.dtype)
+        T2 = np.empty((m, C, H), dtype=Bh.dtype) if keep else T[2]
         ll = np.empty(n)
         a = np.empty((n, H))
         r = np.empty((n, C))
@@ -472,8 +516,8 @@ class DRBMModel(RowData, Model):
         for s in range(0, n, m):
             e = min(s + m, n)
             k = e - s
-            t1, t2 = T[0, :k], T[1, :k]
-            F = self._free_energy_block(Bh[s:e], Uh, d, t1, t2, T[2, :k])
+            t1, t2 = T[0, :k], T2[:k]
+            F = self._free_energy_block(Bh[s:e], Uh, d, t1, t2, T[1, :k])
             rows = np.arange(k)
             F -= F.max(axis=1, keepdims=True)
             prob = np.exp(F)
@@ -492,14 +536,23 @@ class DRBMModel(RowData, Model):
             Ak *= (0.5 * rb)[:, :, None].astype(Ak.dtype, copy=False)
             a[s:e] = np.einsum("kch->kh", Ak)
             A_sum += Ak.sum(axis=0)
-            if A_out is not None:
+            if A_out is not None and not keep:
                 A_out[s:e] = Ak.transpose(0, 2, 1)
+        if keep:
+            return ll, a, r, np.ascontiguousarray(A_sum.T), T2[:n]
         return ll, a, r, np.ascontiguousarray(A_sum.T)
 
     # -- likelihood and prior ------------------------------------------------------
     def per_example_gradients(self, theta, idx):
         """Structured per-example gradients of the rows ``idx`` (see :class:`DRBMPerExampleGradients`)."""
         X, y, w, _ = self.rows.gather(idx)
+        if X.shape[0] <= self._block_rows():
+            # One block (a minibatch): the operator transposes the kernel's A when a product
+            # first needs it, and an operator used for its mean alone never does.
+            _, a, r, A_sum, A_kernel = self._batch(theta, X, y, A_out="kernel", w=w)
+            return DRBMPerExampleGradients(
+                X, None, a, r, self.fit_intercept, A_sum=A_sum, A_kernel=A_kernel, dtype=self.operator_dtype
+            )
         A = np.empty((X.shape[0], self.n_hidden, self.n_classes), dtype=self.operator_dtype)
         _, a, r, A_sum = self._batch(theta, X, y, A_out=A, w=w)
         return DRBMPerExampleGradients(X, A, a, r, self.fit_intercept, A_sum=A_sum)
