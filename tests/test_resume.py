@@ -37,6 +37,9 @@ CASES = {
     "sghmc-pickle": (dict(sampler="sghmc", batch_size=50), _pickle),
     "mccadl-epochs-skops": (dict(sampler="mccadl", batch_size=32, batch_scheme="epochs"), _skops),
     "gadmala-skops": (dict(sampler="gadmala", burn_in=150), _skops),
+    # HMC: the step adapted during the burn-in and frozen, the trajectories' jitter by iteration.
+    "hmc-pickle": (dict(sampler="hmc"), _pickle),
+    "hmc-adapting-skops": (dict(sampler="hmc", burn_in=400), _skops),
     "sgld-thin-pickle": (dict(sampler="sgld", batch_size=64, thin=3), _pickle),
     "ccadl-max_draws-skops": (dict(sampler="ccadl", batch_size=40, max_draws=300), _skops),
 }
