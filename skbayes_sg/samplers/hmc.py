@@ -18,6 +18,10 @@ from ._state import SamplerState
 #: leapfrog integrator has left the region where it tracks the dynamics, and the proposal is
 #: rejected (its acceptance probability is ``exp(-1000)`` at most anyway).
 DIVERGENCE_ENERGY = 1000.0
+#: Most leapfrog steps of one trajectory (NUTS's default tree depth of 10 allows 1,023): a
+#: step adapted far below the posterior's scale (a posterior whose curvature is far from the
+#: whitened 1) then costs a bounded number of gradients per iteration, not an unbounded one.
+MAX_LEAPFROG = 1024
 #: Dual averaging's constants (Hoffman & Gelman 2014, Section 3.2.1): ``gamma``, ``t0``, ``kappa``.
 DA_GAMMA, DA_T0, DA_KAPPA = 0.05, 10.0, 0.75
 #: The golden ratio's fractional part: the trajectories' jitter is the Weyl sequence
@@ -263,7 +267,7 @@ class HMC(BaseSampler):
         """Leapfrog steps of iteration ``t`` for each chain's step ``eps`` (C,)."""
         u = math.fmod((t + 1) * _PHI, 1.0)
         length = self._length() * (1.0 + self.jitter * (2.0 * u - 1.0))
-        return np.array([max(1, math.ceil(length / float(e))) for e in eps])
+        return np.array([min(MAX_LEAPFROG, max(1, math.ceil(length / float(e)))) for e in eps])
 
     def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap):
         C = q.shape[0]
