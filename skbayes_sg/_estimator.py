@@ -323,6 +323,10 @@ class BaseSGBayes(BaseEstimator):
         """
         if not (isinstance(self.sampler, str) and self.sampler.lower() == "auto"):
             return get_sampler(self.sampler)
+        previous = getattr(self, "_sampler", None)
+        if (self.warm_start or streaming) and previous is not None and getattr(self, "_chain_states", None):
+            # Chains to continue keep the sampler they ran with (a partial_fit's mCCAdL, say).
+            return get_sampler(type(previous).__name__.lower())
         minibatch = get_sampler("mccadl")
         exact = self._auto_exact_sampler
         if exact is None or streaming or self.batch_size not in (None, "auto"):
