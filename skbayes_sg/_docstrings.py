@@ -13,13 +13,24 @@ import re
 #: Parameter paragraphs, by parameter name.
 PARAMETERS = {
     "sampler": """\
+sampler : str or sampler instance, default="auto"
+    The MCMC transition: a name (``"mccadl"``, ``"hmc"``, ``"sgnht"``, ``"sghmc"``,
+    ``"sgld"``, ``"gadmala"``...: the lower-case class names of
+    :mod:`skbayes_sg.samplers`) or an instance such as ``SGHMC(step_size=1e-3,
+    friction=10)``, whose hyperparameters can be tuned as ``sampler__step_size`` in
+    ``GridSearchCV``. ``"auto"``: exact, Metropolis-adjusted HMC
+    (:class:`~skbayes_sg.samplers.HMC`) when the gradients are the full data
+    (``batch_size`` None, or ``"auto"`` on small data), mCCAdL with minibatches and in
+    ``partial_fit``; mCCAdL controls the parameter-dependent minibatch noise that biases
+    SGHMC and SGNHT (see :class:`~skbayes_sg.samplers.MCCAdL`).""",
+    "sampler_drbm": """\
 sampler : str or sampler instance, default="mccadl"
     The MCMC transition: a name (``"mccadl"``, ``"sgnht"``, ``"sghmc"``, ``"sgld"``,
     ``"gadmala"``...: the lower-case class names of :mod:`skbayes_sg.samplers`) or an
     instance such as ``SGHMC(step_size=1e-3, friction=10)``, whose hyperparameters can
     be tuned as ``sampler__step_size`` in ``GridSearchCV``. The default, mCCAdL,
     controls the parameter-dependent minibatch noise that biases SGHMC and SGNHT (see
-    :class:`~skbayes_sg.samplers.MCCAdL`).""",
+    :class:`~skbayes_sg.samplers.MCCAdL`); ``"auto"`` is mCCAdL too.""",
     "n_iter": """\
 n_iter : int or "auto", default="auto"
     Sampler iterations per chain, burn-in included. ``"auto"`` runs the chains in

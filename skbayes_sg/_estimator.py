@@ -295,7 +295,6 @@ class BaseSGBayes(BaseEstimator):
         only this call's draws (they alone target the current posterior).
         ``sample_weight``: validated per-row likelihood weights (None: all ones).
         """
-        sampler = get_sampler(self.sampler)
         if self._auto_alpha:
             # alpha="auto" scales the prior to the features; a continued fit keeps its prior.
             continuing = streaming or (self.warm_start and hasattr(self, "samples_"))
@@ -305,8 +304,36 @@ class BaseSGBayes(BaseEstimator):
         if sample_weight is not None:
             model.set_sample_weight(sample_weight)
         remote = getattr(getattr(model, "rows", None), "remote", False)
+        sampler = self._resolve_sampler(model.n_samples, model.n_params, remote, streaming)
         batch_size = self._batch_size(sampler, model.n_samples, model.n_params, remote)
         return fit_model(self, sampler, X, y, model, batch_size, streaming)
+
+    #: What ``sampler="auto"`` takes when the gradients are the full data (None: mCCAdL always).
+    _auto_exact_sampler = "hmc"
+
+    def _resolve_sampler(self, n_samples, n_params, remote=False, streaming=False):
+        """The fit's sampler (:func:`~skbayes_sg.samplers.get_sampler`), ``"auto"`` resolved.
+
+        ``"auto"``: exact HMC (:class:`~skbayes_sg.samplers.HMC`, whitened at the MAP) when
+        ``batch_size`` (``"auto"`` or None) resolves to the full data, where a gradient costs
+        the same for every sampler and HMC's nearly independent draws need several times fewer
+        of them than mCCAdL's; mCCAdL for minibatches, for ``partial_fit`` (whose data grow
+        past the full-data size between calls, and whose chains would then change sampler) and
+        for an estimator without an exact sampler (:attr:`_auto_exact_sampler` None: the DRBM).
+        """
+        if not (isinstance(self.sampler, str) and self.sampler.lower() == "auto"):
+            return get_sampler(self.sampler)
+        previous = getattr(self, "_sampler", None)
+        if (self.warm_start or streaming) and previous is not None and getattr(self, "_chain_states", None):
+            # Chains to continue keep the sampler they ran with (a partial_fit's mCCAdL, say).
+            return get_sampler(type(previous).__name__.lower())
+        minibatch = get_sampler("mccadl")
+        exact = self._auto_exact_sampler
+        if exact is None or streaming or self.batch_size not in (None, "auto"):
+            return minibatch
+        if self._batch_size(minibatch, n_samples, n_params, remote) is not None:
+            return minibatch
+        return get_sampler(exact)
 
     def _start_rng(self):
         """Generator of the chains' starting jitter, apart from the chains' own streams."""

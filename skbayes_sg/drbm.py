@@ -121,7 +121,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         of magnitude below the minibatch noise, and gives the same posterior predictive
         within Monte Carlo error; the chains' parameters, the force and the draws stay
         double. ``"float64"`` for exact gradients (as the linear models use).
-    {sampler}
+    {sampler_drbm}
     n_iter : int or "auto", default="auto"
         Sampler iterations per chain, burn-in included. ``"auto"`` runs in blocks until the
         predictive has converged (the per-draw training log loss has split R-hat below 1.01
@@ -276,6 +276,9 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     # many equivalent modes, so neither a control variate nor a preconditioner centred there
     # is used unless asked for (gradient="control_variate", preconditioner="diag").
     _auto_control_variate = False
+    #: ``sampler="auto"`` is mCCAdL on any data: the DRBM's posterior is multimodal (hidden-unit
+    #: permutations) and no Laplace whitening makes HMC's trajectories near rotations.
+    _auto_exact_sampler = None
     # MLSGLD's coupled paths loop over paths in Python with the DRBM's (n, H, C) kernel: a
     # fit of 10 rows took over a minute (benchmarks/fuzz_sweep.py), so it is refused.
     _supports_multilevel = False

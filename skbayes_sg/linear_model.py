@@ -146,7 +146,7 @@ default="auto"
     def __init__(
         self,
         *,
-        sampler="mccadl",
+        sampler="auto",
         n_iter="auto",
         burn_in="auto",
         thin=1,
@@ -372,7 +372,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
     def __init__(
         self,
         *,
-        sampler="mccadl",
+        sampler="auto",
         n_iter="auto",
         burn_in="auto",
         thin=1,
@@ -583,7 +583,7 @@ class SGBayesLinearRegression(_SparseInput, RegressorMixin, BaseSGBayes):
             return
         s = self._flat_samples()[:, -1]
         step = self.diagnostics_.get("step_size", float("nan"))
-        name = type(get_sampler(self.sampler)).__name__
+        name = type(getattr(self, "_sampler", None) or get_sampler(self.sampler)).__name__
         chain, iteration, where = self._first_bad_noise_draw(tau)
         del self.samples_  # not fitted: predictions from these draws would be infinite
         units = ", in standardised-y units since normalize_y=True" if self.normalize_y else ""

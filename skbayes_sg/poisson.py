@@ -149,7 +149,7 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
     def __init__(
         self,
         *,
-        sampler="mccadl",
+        sampler="auto",
         n_iter="auto",
         burn_in="auto",
         thin=1,

@@ -59,7 +59,9 @@ def regression():
 def test_classifier_attributes_and_predictive(cancer):
     X, y = cancer
     labels = np.where(y == 1, "benign", "malignant")
-    clf = SGBayesLogisticRegression(n_iter=500, n_chains=3, random_state=0).fit(X, labels)
+    # mCCAdL: its draws' ESS keeps every draw in predict_proba's average, which the check below
+    # compares with the mean of all of them (HMC's nearly independent draws get thinned).
+    clf = SGBayesLogisticRegression(sampler="mccadl", n_iter=500, n_chains=3, random_state=0).fit(X, labels)
     assert list(clf.classes_) == ["benign", "malignant"]
     P = X.shape[1] + 1
     assert clf.samples_.shape == (3, 400, P)
@@ -110,7 +112,7 @@ def test_diagnostics_match_arviz_on_the_fitted_draws(cancer):
 @pytest.mark.parametrize("n_jobs", [1, 2])
 def test_verbose_progress_bar_does_not_change_the_draws(cancer, capsys, n_jobs):
     X, y = cancer
-    kw = dict(n_iter=100, n_chains=2, random_state=0, n_jobs=n_jobs)
+    kw = dict(sampler="mccadl", n_iter=100, n_chains=2, random_state=0, n_jobs=n_jobs)
     quiet = SGBayesLogisticRegression(verbose=0, **kw).fit(X, y)
     assert capsys.readouterr().err == ""
     loud = SGBayesLogisticRegression(verbose=1, **kw).fit(X, y)
@@ -151,7 +153,8 @@ def test_multiclass_attributes():
 
 def test_regressor_attributes_and_predictive(regression):
     X, y = regression
-    reg = SGBayesLinearRegression(n_iter=600, n_chains=2, random_state=0).fit(X, y)
+    # mCCAdL: every draw in the predictive's average (as above).
+    reg = SGBayesLinearRegression(sampler="mccadl", n_iter=600, n_chains=2, random_state=0).fit(X, y)
     assert reg.coef_.shape == (5,) and isinstance(reg.intercept_, float)
     assert reg.coef_samples_.shape == (960, 5) and reg.intercept_samples_.shape == (960,)
     assert reg.noise_precision_samples_.shape == (960,)
@@ -230,7 +233,9 @@ def test_epoch_scheme_reproducible_and_accurate(cancer):
 
 def test_warm_start_continues_the_chains(cancer):
     X, y = cancer
-    clf = SGBayesLogisticRegression(n_iter=200, n_chains=2, warm_start=True, random_state=0).fit(X, y)
+    # mCCAdL: one full-data gradient per iteration (HMC takes a varying number).
+    clf = SGBayesLogisticRegression(sampler="mccadl", n_iter=200, n_chains=2, warm_start=True, random_state=0)
+    clf.fit(X, y)
     first = clf.samples_.copy()
     states = [s.theta.copy() for s in clf._chain_states]
     evals = clf.diagnostics_["n_grad_evals"]
@@ -445,6 +450,7 @@ def _documented(cls, section):
 # Entries the estimators document differently on purpose (the DRBM's run-length defaults and
 # random start, the linear models' priors) or that the DRBM extends.
 _OWN_DOC = {
+    "sampler",  # the DRBM keeps mCCAdL as its default; the linear models take "auto"
     "n_iter",
     "batch_size",
     "max_draws",

@@ -117,7 +117,8 @@ def test_weighted_summary_uses_weights():
 def test_to_inference_data(cancer):
     az = pytest.importorskip("arviz")
     X, y = cancer
-    clf = SGBayesLogisticRegression(n_iter=300, n_chains=2, random_state=0).fit(X, y)
+    # mCCAdL, whose sample_stats (xi, kinetic temperature) the export is checked for.
+    clf = SGBayesLogisticRegression(sampler="mccadl", n_iter=300, n_chains=2, random_state=0).fit(X, y)
     idata = clf.to_inference_data()
     assert isinstance(idata, az.InferenceData)
     coef = idata.posterior["coef"]

@@ -37,6 +37,9 @@ CASES = {
     "sghmc-pickle": (dict(sampler="sghmc", batch_size=50), _pickle),
     "mccadl-epochs-skops": (dict(sampler="mccadl", batch_size=32, batch_scheme="epochs"), _skops),
     "gadmala-skops": (dict(sampler="gadmala", burn_in=150), _skops),
+    # HMC: the step adapted during the burn-in and frozen, the trajectories' jitter by iteration.
+    "hmc-pickle": (dict(sampler="hmc"), _pickle),
+    "hmc-skops": (dict(sampler="hmc", burn_in=250), _skops),
     "sgld-thin-pickle": (dict(sampler="sgld", batch_size=64, thin=3), _pickle),
     "ccadl-max_draws-skops": (dict(sampler="ccadl", batch_size=40, max_draws=300), _skops),
 }
@@ -76,7 +79,7 @@ def test_auto_continuation_is_one_fit_of_its_length():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((300, 3))
     y = X @ rng.standard_normal(3) + rng.standard_normal(300)
-    kw = dict(n_chains=2, burn_in=100, random_state=0, max_draws=None, noise_precision=1.0)
+    kw = dict(sampler="mccadl", n_chains=2, burn_in=100, random_state=0, max_draws=None, noise_precision=1.0)
     est = SGBayesLinearRegression(n_iter=300, warm_start=True, **kw).fit(X, y)
     est = _pickle(est).set_params(n_iter="auto").fit(X, y)
     assert len(est.diagnostics_["n_iter_blocks"]) >= 2  # it ran in blocks

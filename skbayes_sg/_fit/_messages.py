@@ -58,6 +58,9 @@ def warn_fit(est, sampler, X):
         )
     # A hook: the DRBM checks its predictive instead of its (unidentified) weights.
     convergence = est._convergence_messages()
+    divergent = divergence_message(est)
+    if divergent is not None:
+        convergence = [divergent, *convergence]
     if noise is None and not convergence:
         noise = ksd_bias_message(est, sampler)
     if noise is None and not convergence:
@@ -73,6 +76,20 @@ def warn_fit(est, sampler, X):
         f"{type(est).__name__} with {type(sampler).__name__}: " + " ".join(parts),
         category,
         stacklevel=caller_stacklevel(),
+    )
+
+
+def divergence_message(est):
+    """What the exact samplers' divergent trajectories say (HMC's ``n_divergent`` after burn-in),
+    or None. A divergent trajectory is rejected, so the draws stay exact, but the posterior has a
+    region the step cannot integrate, which the chains then under-visit."""
+    n = est.diagnostics_.get("n_divergent", 0)
+    if not n:
+        return None
+    return (
+        f"{n} trajectories after burn-in diverged (energy error above 1,000 or not finite) and were rejected: "
+        "the step size cannot follow the posterior's curvature everywhere, so the chains may under-visit that "
+        "region. Use a higher target_accept or a smaller step_size."
     )
 
 

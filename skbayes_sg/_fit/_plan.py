@@ -47,6 +47,11 @@ def first_schedule(est, sampler, n_params, resume):
     burn_in, min_adaptation, max_draws = est._run_policy(sampler, n_params)
     burn_in = None if resume else burn_in
     n_iter = _run_length.first_n_iter(est.n_iter, burn_in, min_adaptation)
+    first_block = getattr(sampler, "_first_block", None)
+    if est.n_iter == "auto" and first_block is not None and not _run_length._is_count(burn_in):
+        # A sampler whose draws are nearly independent (HMC) starts with a shorter block: the
+        # default one would overshoot the ESS target several times on a near-Gaussian posterior.
+        n_iter = max(first_block, int(np.ceil(min_adaptation / float(burn_in)))) if burn_in else first_block
     n_burn = 0 if burn_in is None else _run_length.n_burn_of(burn_in, n_iter)
     if n_burn >= n_iter:
         raise ValueError(

@@ -54,16 +54,20 @@ class FusedForce:
         self.eta0, self.y, self.w, self.family, self.Q, self.b, self.N = eta0, y, w, family, Q, b, N
         self._buf = None
 
-    def __call__(self, Z, out):
-        """The forces at the rows of ``Z`` (C, P), written into ``out`` (C, P)."""
+    def __call__(self, Z, out, eta_known=None):
+        """The forces at the rows of ``Z`` (C, P), written into ``out`` (C, P); ``eta_known``: the
+        rows' linear predictors when already computed (:meth:`log_posterior_and_force`)."""
         C, N = Z.shape[0], self.N
         buf = self._buf
         if buf is None or buf.shape[0] != C:
             buf = self._buf = np.empty((C, self.AQ.shape[0]))
         eta = buf[:, :N]
-        # Stacked (C, 1, P) @ (P, N): numpy calls the same BLAS product row by row.
-        np.matmul(Z[:, None, :], self.At, out=eta[:, None, :])
-        eta += self.eta0
+        if eta_known is None:
+            # Stacked (C, 1, P) @ (P, N): numpy calls the same BLAS product row by row.
+            np.matmul(Z[:, None, :], self.At, out=eta[:, None, :])
+            eta += self.eta0
+        else:
+            eta[...] = eta_known
         # Elementwise over the stack: each chain's residuals are its own.
         if type(self.family) is LogisticFamily:
             # Its gradient_terms' y - expit(eta), in place: the same operations, no temporaries.
@@ -80,6 +84,34 @@ class FusedForce:
             out -= self.Q * Z
         out += self.b
         return out
+
+    def log_posterior_and_force(self, Z, out, rows=None):
+        """The forces at the rows of ``Z`` (C, P) into ``out``, and each row's log posterior, shape (C,).
+
+        Both from one pass over the rows: the log likelihood from the linear predictors the
+        force computes anyway, the Gaussian prior's ``-z' Q z / 2 + b' z`` from ``Z`` alone
+        (the log posterior is up to a constant: the prior's ``-m' Lambda m / 2`` is dropped).
+        ``rows``: a boolean mask of the rows whose log posterior is wanted (the others' are NaN).
+        For the exact samplers' accept test (:class:`~skbayes_sg.samplers.HMC`). Row by row,
+        as the force, so that a chain's value does not depend on the stack's height.
+        """
+        C, N = Z.shape[0], self.N
+        eta = np.empty((C, N))
+        for c in range(C):
+            np.matmul(Z[c], self.At, out=eta[c])
+        eta += self.eta0
+        idx = np.arange(C) if rows is None else np.flatnonzero(rows)
+        # No extra parameters (fused_force refuses them): one empty vector serves every row.
+        terms = self.family.log_likelihood(eta[idx, :, None], self.y, np.empty(0))
+        if self.w is not None:
+            terms = terms * self.w
+        log_p = np.full(C, np.nan)
+        for k, c in enumerate(idx):
+            z = Z[c]
+            Qz = self.Q @ z if self.Q.ndim == 2 else self.Q * z
+            log_p[c] = float(terms[k].sum()) - 0.5 * float(z @ Qz) + float(self.b @ z)
+        self(Z, out, eta)
+        return log_p
 
 
 def fused_force(model):

@@ -27,6 +27,7 @@ from ._state import (
 from ._step_size import FitContext
 from .ccadl import CCAdL
 from .gadmala import GadMALA, GadRWM
+from .hmc import HMC, HMCInfo, HMCState
 from .mccadl import MCCAdL
 from .mlsgld import MLSGLD
 from .sghmc import SGHMC
@@ -43,10 +44,12 @@ __all__ = [
     "CCAdLState",
     "MCCAdLState",
     "GadState",
+    "HMCState",
     "NoInfo",
     "MomentumInfo",
     "ThermostatInfo",
     "MetropolisInfo",
+    "HMCInfo",
     "SGLD",
     "SGHMC",
     "SGNHT",
@@ -54,6 +57,7 @@ __all__ = [
     "MCCAdL",
     "GadMALA",
     "GadRWM",
+    "HMC",
     "MLSGLD",
     "get_sampler",
     "register",
@@ -61,7 +65,7 @@ __all__ = [
 ]
 
 #: Sampler classes by the name an estimator's ``sampler`` parameter accepts.
-SAMPLERS = {cls.__name__.lower(): cls for cls in (SGLD, SGHMC, SGNHT, CCAdL, MCCAdL, GadMALA, GadRWM, MLSGLD)}
+SAMPLERS = {cls.__name__.lower(): cls for cls in (SGLD, SGHMC, SGNHT, CCAdL, MCCAdL, GadMALA, GadRWM, MLSGLD, HMC)}
 
 
 def register(cls):

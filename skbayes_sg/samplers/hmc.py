@@ -1,0 +1,327 @@
+"""Hamiltonian Monte Carlo with a Metropolis test, for full-data fits (Neal 2011; Chen et al. 2014, Section 2)."""
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.utils._param_validation import StrOptions
+
+from ..models._fused import fused_force
+from ..preconditioning import PRECONDITIONERS
+from ._base import AUTO, OPEN_UNIT_INTERVAL, POSITIVE, BaseSampler, _Number
+from ._batched import ChainsState, row_dots
+from ._state import SamplerState
+
+#: Energy error beyond which a trajectory counts as divergent (Stan's threshold): the
+#: leapfrog integrator has left the region where it tracks the dynamics, and the proposal is
+#: rejected (its acceptance probability is ``exp(-1000)`` at most anyway).
+DIVERGENCE_ENERGY = 1000.0
+#: Most leapfrog steps of one trajectory (NUTS's default tree depth of 10 allows 1,023): a
+#: step adapted far below the posterior's scale (a posterior whose curvature is far from the
+#: whitened 1) then costs a bounded number of gradients per iteration, not an unbounded one.
+MAX_LEAPFROG = 1024
+#: Dual averaging's constants (Hoffman & Gelman 2014, Section 3.2.1): ``gamma``, ``t0``, ``kappa``.
+DA_GAMMA, DA_T0, DA_KAPPA = 0.05, 10.0, 0.75
+#: The golden ratio's fractional part: the trajectories' jitter is the Weyl sequence
+#: ``frac(t phi)``, evenly spread over [0, 1) and never periodic.
+_PHI = 0.6180339887498949
+
+
+@dataclass
+class HMCState(SamplerState):
+    """State of one HMC chain.
+
+    Attributes
+    ----------
+    log_p, grad : float, ndarray of shape (P,)
+        ``-U(theta)`` (the log posterior up to a constant) and its gradient ``-grad U``, reused by
+        the next trajectory's first half kick.
+    eps : float
+        The chain's leapfrog step: adapted during burn-in, then frozen. (``step_size`` stays the
+        step the fit resolved for every chain, the adaptation's starting point.)
+    log_eps_bar, h_bar, mu, n_adapt : float
+        Dual averaging's iterate average, running acceptance deficit, shrinkage target and count.
+    adapting, freeze_pending : bool
+        True until :meth:`HMC.end_adaptation`; then ``freeze_pending`` until ``eps`` is set to the
+        average (by the next stacking or batched step, which hold the live values).
+    n_steps, n_accepted, n_divergent, n_leapfrog : int
+        Iterations, accepted proposals and divergent trajectories after adaptation, and leapfrog
+        steps (gradient evaluations) in all.
+    """
+
+    log_p: float = None
+    grad: np.ndarray = None
+    eps: float = None
+    log_eps_bar: float = 0.0
+    h_bar: float = 0.0
+    mu: float = 0.0
+    n_adapt: float = 0.0
+    adapting: bool = False
+    freeze_pending: bool = False
+    n_steps: float = 0.0
+    n_accepted: int = 0
+    n_divergent: int = 0
+    n_leapfrog: int = 0
+
+    def summary(self):
+        """``acceptance_rate`` after adaptation (NaN if none ran), ``step_size``: the adapted
+        leapfrog step, ``n_divergent`` after adaptation, ``leapfrog_per_iter``."""
+        n = int(self.n_steps) - int(self.n_adapt)
+        eps = math.exp(self.log_eps_bar) if self.freeze_pending and self.n_adapt > 0 else self.eps
+        return {
+            "acceptance_rate": self.n_accepted / n if n > 0 else float("nan"),
+            "step_size": float(eps),
+            "n_divergent": int(self.n_divergent),
+            "leapfrog_per_iter": self.n_leapfrog / max(int(self.n_steps), 1),
+        }
+
+
+class HMCInfo(NamedTuple):
+    """``accept_prob`` (``min(1, exp(-Delta H))``), ``accepted`` (1.0 or 0.0), ``n_leapfrog``
+    and ``diverging`` (1.0 for a divergent trajectory) of the iteration's proposal."""
+
+    accept_prob: float
+    accepted: float
+    n_leapfrog: float
+    diverging: float
+
+
+class HMC(BaseSampler):
+    """Hamiltonian Monte Carlo: leapfrog trajectories and a Metropolis test on the full data.
+
+    The exact sampler of full-data fits. Each iteration draws a momentum ``r ~ N(0, I)``
+    (mass ``M = I``), integrates Hamilton's equations for ``U = -log p(theta | D)``
+    (Chen, Fox & Guestrin 2014, eqs. 1-4, their Section 2 review) with ``m`` leapfrog steps
+    of size ``epsilon`` (their Algorithm 1; Neal 2011, eqs. 5.18-5.20), and accepts the end
+    point with probability ``min(1, exp(H(theta, r) - H(theta*, r*)))`` (Neal 2011, eq. 5.23;
+    Algorithm 1 prints the exponent with the opposite sign). The proposal's momentum is
+    negated (Neal 2011, Section 5.3.2.1) to make it an involution; the momentum is then
+    discarded, so the negation changes nothing that is kept. Every trajectory's end point
+    comes with its log posterior from the same pass over the rows as its force.
+
+    Run in the coordinates whitened at the MAP (``preconditioner="auto"``), where a
+    near-Gaussian posterior is near ``N(0, I)`` and Hamilton's flow is near a rotation of
+    period ``2 pi``: a trajectory of length ``pi / 2`` then maps ``(z, r)`` to about
+    ``(r, -z)``, a nearly independent draw. The length of each iteration's trajectory is
+    jittered over ``[1 - jitter, 1 + jitter]`` times ``trajectory_length`` (Neal 2011,
+    Section 5.4.2.2), so that no direction whose curvature is off 1 resonates, by a Weyl
+    sequence of the iteration number shared by the chains (every chain of a fit takes the
+    same number of leapfrog steps, so batched chains waste no gradient); the kernel changes
+    with the iteration but each one leaves the posterior invariant.
+
+    Parameters
+    ----------
+    step_size : float or "auto", default="auto"
+        ``epsilon``. ``"auto"``: starts at ``1.2 P^(-1/4) / sqrt(lambda_max)`` (about the step
+        that a standard Gaussian in ``P`` dimensions accepts at ``target_accept``) and is
+        adapted during burn-in by dual averaging (Hoffman & Gelman 2014, Section 3.2.1), each
+        chain from its own acceptance, then frozen, so the kept draws come from a fixed kernel.
+        A float is used as is, never adapted.
+    target_accept : float, default=0.8
+        The acceptance probability the adaptation aims at.
+    trajectory_length : float or "auto", default="auto"
+        ``m epsilon``, the integration time; ``"auto"``: ``pi / 2`` (in whitened units).
+    jitter : float, default=0.25
+        Relative spread of the trajectory length, in [0, 1).
+    preconditioner : {"auto", "dense", "diag", "none"}, default="auto"
+        As for :class:`MCCAdL`: ``"auto"`` whitens at the MAP (dense up to 1,000 parameters)
+        with ``step_size="auto"`` and runs in ``theta`` with an explicit step.
+
+    Notes
+    -----
+    Needs the full-data log posterior (``requires_full_data``): the estimators then use
+    ``batch_size=None``. A trajectory whose energy error is non-finite or above 1,000 is
+    divergent: rejected, and counted in ``diagnostics_["n_divergent"]``.
+
+    References
+    ----------
+    Neal, R. M. (2011). MCMC using Hamiltonian dynamics. Handbook of Markov Chain Monte Carlo.
+    Chen, T., Fox, E. B. & Guestrin, C. (2014). Stochastic gradient Hamiltonian Monte Carlo. ICML.
+    Hoffman, M. D. & Gelman, A. (2014). The No-U-Turn sampler. JMLR 15.
+    """
+
+    requires_full_data = True
+    info_type = HMCInfo
+    state_type = HMCState
+    _batch_fields = ("theta", "log_p", "grad", "eps", "log_eps_bar", "h_bar", "mu", "n_adapt", "n_steps")
+    #: The first block of ``n_iter="auto"``: HMC's draws are nearly independent, so the
+    #: estimators' default of 1,000 iterations would overshoot the ESS target several times.
+    _first_block = 500
+    _min_adaptation = 100
+
+    _parameter_constraints: dict = {
+        "step_size": [POSITIVE, AUTO],
+        "target_accept": [OPEN_UNIT_INTERVAL],
+        "trajectory_length": [POSITIVE, AUTO],
+        "jitter": [_Number(Real, 0, 1, closed="left")],
+        "preconditioner": [StrOptions(set(PRECONDITIONERS))],
+    }
+
+    def __init__(
+        self, step_size="auto", target_accept=0.8, trajectory_length="auto", jitter=0.25, preconditioner="auto"
+    ):
+        self.step_size = step_size
+        self.target_accept = target_accept
+        self.trajectory_length = trajectory_length
+        self.jitter = jitter
+        self.preconditioner = preconditioner
+
+    # -- step size ------------------------------------------------------------------------
+    def curvature_step(self, lambda_max, scale=1.0):
+        # Leapfrog on N(0, I) in P dimensions has a mean energy error of about P eps^4 / 32;
+        # an acceptance of 0.8 needs about 0.13 of it, so eps ~ 1.4 P^(-1/4): start a little below.
+        P = getattr(self, "_n_params", 1)
+        return float(scale * 1.2 * P**-0.25 / math.sqrt(lambda_max))
+
+    def resolve_step_size(self, model, theta0, sigma_max=None, lambda_max=None, scale=1.0):
+        self._n_params = int(np.size(theta0))
+        return super().resolve_step_size(model, theta0, None, lambda_max, scale)
+
+    def _length(self):
+        return math.pi / 2 if isinstance(self.trajectory_length, str) else float(self.trajectory_length)
+
+    # -- chains ---------------------------------------------------------------------------
+    def init_state(self, theta0, grad_estimator, rng, context=None):
+        theta = np.array(theta0, dtype=float)
+        h = self.step_size_for(context, theta)
+        log_p, grad = grad_estimator.log_posterior_and_grad(theta)
+        adapting = isinstance(self.step_size, str)
+        return HMCState(
+            theta=theta,
+            step_size=h,
+            log_p=float(log_p),
+            grad=np.array(grad, dtype=float),
+            eps=h,
+            mu=math.log(10.0 * h),
+            adapting=adapting,
+        )
+
+    def retune(self, state, context):
+        # partial_fit: a continued chain takes the step resolved for the grown data, unadapted.
+        state.step_size = state.eps = self.step_size_for(context, state.theta)
+        state.adapting = False
+        return state
+
+    def end_adaptation(self, state):
+        """Freeze the chain's step at its dual-averaging average ``exp(log_eps_bar)`` (before its
+        next iteration: in a batched group the live values are in the stack, not the state)."""
+        if state.adapting:
+            state.adapting = False
+            # In a batched group the state's counters are stale until the round ends: whether
+            # any adaptation ran is read where the step is frozen.
+            state.freeze_pending = True
+
+    def batched(self, grads):
+        return True
+
+    def stack_states(self, states):
+        for s in states:
+            if s.freeze_pending:
+                if s.n_adapt > 0:
+                    s.eps = math.exp(s.log_eps_bar)
+                s.freeze_pending = False
+        chains = ChainsState(states, self._batch_fields)
+        chains.adapting = any(s.adapting for s in states)
+        return chains
+
+    def step(self, state, grad_estimator, rng):
+        chains = self.stack_states([state])
+        info = self.step_batch(chains, _OneChain(grad_estimator), [rng])
+        chains.write_back([state])
+        return state, HMCInfo(*info[0])
+
+    def step_batch(self, chains, grads, rngs):
+        if chains.adapting and not chains.states[0].adapting:
+            # end_adaptation ran on the chains' own states: freeze the stacked steps.
+            chains.adapting = False
+            for c, s in enumerate(chains.states):
+                if s.freeze_pending:
+                    if chains.n_adapt[c] > 0:
+                        chains.eps[c] = math.exp(chains.log_eps_bar[c])
+                    s.freeze_pending = False
+        theta, log_p, grad, eps = chains.theta, chains.log_p, chains.grad, chains.eps
+        C = theta.shape[0]
+        r = chains.normals(rngs, chains.noise)
+        log_u = np.array([math.log1p(-rng.random()) for rng in rngs])
+        n_leap = self._n_leapfrog(eps, int(chains.n_steps[0]))
+        H0 = 0.5 * row_dots(r) - log_p
+        q, p, g = theta.copy(), r.copy(), grad.copy()
+        lp = np.empty(C)
+        for j in range(int(n_leap.max())):
+            e = np.where(j < n_leap, eps, 0.0)[:, None]  # a chain whose trajectory ended stays put
+            p += 0.5 * e * g
+            q += e * p
+            ending = n_leap == j + 1
+            if ending.any():
+                lp[ending] = _evaluate(grads, q, g, ending)[ending]
+            else:
+                _evaluate(grads, q, g, None)
+            p += 0.5 * e * g
+        # The proposal (q, -p): the negation leaves the kinetic energy as it is.
+        H1 = 0.5 * row_dots(p) - lp
+        return self._accept(chains, q, g, lp, H0, H1, log_u, n_leap)
+
+    def _n_leapfrog(self, eps, t):
+        """Leapfrog steps of iteration ``t`` for each chain's step ``eps`` (C,)."""
+        u = math.fmod((t + 1) * _PHI, 1.0)
+        length = self._length() * (1.0 + self.jitter * (2.0 * u - 1.0))
+        return np.array([min(MAX_LEAPFROG, max(1, math.ceil(length / float(e)))) for e in eps])
+
+    def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap):
+        C = q.shape[0]
+        info = np.empty((C, len(HMCInfo._fields)))
+        for c, state in enumerate(chains.states):
+            dH = float(H1[c] - H0[c])
+            diverging = not math.isfinite(dH) or dH > DIVERGENCE_ENERGY
+            log_ratio = -math.inf if diverging else -dH
+            accept_prob = math.exp(min(0.0, log_ratio))
+            accepted = log_u[c] < log_ratio
+            if accepted:
+                chains.theta[c], chains.grad[c], chains.log_p[c] = q[c], g[c], lp[c]
+            adapting = chains.adapting
+            if adapting:
+                self._dual_average(chains, c, accept_prob)
+            else:
+                state.n_accepted += int(accepted)
+                state.n_divergent += int(diverging)
+            state.n_leapfrog += int(n_leap[c])
+            chains.n_steps[c] += 1
+            info[c] = (accept_prob, float(accepted), float(n_leap[c]), float(diverging))
+        return info
+
+    def _dual_average(self, chains, c, accept_prob):
+        """One step of dual averaging on chain ``c``'s log step (Hoffman & Gelman 2014, eqs. 5-6)."""
+        m = chains.n_adapt[c] = chains.n_adapt[c] + 1.0
+        w = 1.0 / (m + DA_T0)
+        h_bar = chains.h_bar[c] = (1.0 - w) * chains.h_bar[c] + w * (self.target_accept - accept_prob)
+        log_eps = chains.mu[c] - math.sqrt(m) / DA_GAMMA * h_bar
+        eta = m**-DA_KAPPA
+        chains.log_eps_bar[c] = eta * log_eps + (1.0 - eta) * chains.log_eps_bar[c]
+        chains.eps[c] = math.exp(log_eps)
+
+
+class _OneChain:
+    """One chain's gradient estimator with the interface :meth:`HMC.step_batch` reads."""
+
+    def __init__(self, estimator):
+        self.estimators, self.model, self.full = [estimator], estimator.model, estimator.full
+
+
+def _evaluate(grads, Z, out, rows):
+    """The full-data forces at the rows of ``Z`` into ``out`` and, for the chains of the boolean
+    mask ``rows`` (None: none), the log posteriors (C,): fused over the chains for a one-output GLM in memory
+    (:func:`~skbayes_sg.models._fused.fused_force`), else each chain's own estimator."""
+    fused = fused_force(grads.model) if grads.full else None
+    if fused is not None:
+        for e in grads.estimators:
+            e.n_grad_evals += e.n_samples
+        if rows is not None:
+            return fused.log_posterior_and_force(Z, out, rows)
+        fused(Z, out)
+        return None
+    log_p = np.empty(Z.shape[0])
+    for c, e in enumerate(grads.estimators):
+        log_p[c], out[c] = e.log_posterior_and_grad(Z[c])
+    return log_p
