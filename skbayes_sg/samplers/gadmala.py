@@ -198,9 +198,8 @@ class GadMALA(GadSampler):
     def stack_states(self, states):
         """The chains' ``states`` for :meth:`step_batch`, with its work arrays."""
         chains = ChainsState(states, self._batch_fields)
-        C, P = chains.theta.shape
-        chains.proposals, chains.g_y, chains.log_p_y = np.empty((C, P)), np.empty((C, P)), np.empty(C)
-        chains.info = np.empty((C, 2))
+        C = chains.theta.shape[0]
+        chains.log_p_y, chains.info = np.empty(C), np.empty((C, 2))
         return chains
 
     def step(self, state, grad_estimator, rng):
@@ -216,33 +215,32 @@ class GadMALA(GadSampler):
         bit-identical to its own chain's pass),
         and each chain accepts or rejects and adapts as alone."""
         states = chains.states
-        Y = chains.proposals
-        proposals = []
-        for c, state in enumerate(states):
-            proposal = self._propose(state, rngs[c])
-            Y[c] = proposal[0]
-            proposals.append(proposal)
-        log_p, G = stacked_log_posterior(grads.model)(Y, chains.log_p_y, chains.g_y)
+        C, P = chains.theta.shape
+        # Fresh arrays each iteration: an accepting chain keeps its rows as its theta and
+        # gradient (views, no copies), and the next iteration must not overwrite them.
+        Y, G = np.empty((C, P)), np.empty((C, P))
+        proposals = [self._propose(state, rngs[c], Y[c]) for c, state in enumerate(states)]
+        log_p, _ = stacked_log_posterior(grads.model)(Y, chains.log_p_y, G)
         for e in grads.estimators:
             e.n_grad_evals += e.n_samples
-        info = chains.info
+        info, theta = chains.info, chains.theta
         for c, state in enumerate(states):
-            # The chain keeps its own copies: the stack's rows are overwritten next iteration.
-            info[c] = self._finish(state, proposals[c], float(log_p[c]), G[c].copy())
-            chains.theta[c] = state.theta
+            info[c] = self._finish(state, proposals[c], float(log_p[c]), G[c])
+            theta[c] = state.theta
         return info
 
-    def _propose(self, state, rng):
-        """The proposal ``y = x + L u``, ``u = (1/2) L' grad log pi(x) + epsilon``: ``(y, u, eps_sq, log_u)``."""
+    def _propose(self, state, rng, out=None):
+        """The proposal ``y = x + L u``, ``u = (1/2) L' grad log pi(x) + epsilon``: ``(y, u, eps_sq, log_u)``;
+        ``y`` written into ``out`` if given."""
         eps, eps_sq, log_u = self._noise(state, rng)
         u = state.half_Lt_grad + eps
         L = state.L
         if state.adapting:
             # While adapting with a base factor, L = L0 M is never formed (O(P^3) per change of
             # M): L u = L0 (M u), two triangular products.
-            y = state.theta + factor_mul(state.L0, factor_mul(L, u))
+            y = np.add(state.theta, factor_mul(state.L0, factor_mul(L, u)), out=out)
         else:
-            y = L @ u if L.ndim == 2 else L * u
+            y = np.matmul(L, u, out=out) if L.ndim == 2 else np.multiply(L, u, out=out)
             y += state.theta
         return y, u, eps_sq, log_u
 
