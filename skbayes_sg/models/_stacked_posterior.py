@@ -43,7 +43,7 @@ class StackedLogPosterior:
         self.prior_precision = model.prior_precision
         self._neg_prec = model.grad_log_prior(np.ones(self.P)) if np.ndim(self.prior_precision) else None
         self._logistic = type(model.family) is LogisticFamily
-        self._Z = None
+        self._Z = self._buffers = None
 
     def __call__(self, thetas, log_p, grads):
         """Write ``log pi`` of each row of ``thetas`` (C, P) into ``log_p`` (C,) and its
@@ -71,13 +71,17 @@ class StackedLogPosterior:
         own pairwise sum, the same as ``row.sum()``; a dot product stays one per row.
         """
         y, w, Xt, D, C = self.y, self.w, self.Xt, self.D, Z.shape[0]
-        e = np.exp(-np.abs(Z))
-        r = y - np.where(Z >= 0, 1.0, e) / (1.0 + e)
+        # The family's expressions, each into a work array of the stack's shape.
+        e, r, tmp = self._work(Z.shape)
+        np.exp(np.negative(np.abs(Z, out=e), out=e), out=e)
+        np.add(e, 1.0, out=tmp)
+        np.divide(np.where(Z >= 0, 1.0, e), tmp, out=r)
+        np.subtract(y, r, out=r)
         if w is None:
             # (y'z - sum max(z, 0)) - sum log1p(e), in the family's order.
             ll = np.array([float(y @ Z[c]) for c in range(C)])
-            ll -= np.add.reduce(np.maximum(Z, 0.0), axis=1)
-            ll -= np.add.reduce(np.log1p(e), axis=1)
+            ll -= np.add.reduce(np.maximum(Z, 0.0, out=tmp), axis=1)
+            ll -= np.add.reduce(np.log1p(e, out=e), axis=1)
         else:
             terms = y * Z - np.maximum(Z, 0.0) - np.log1p(e)
             ll = np.array([float(w @ terms[c]) for c in range(C)])
@@ -87,6 +91,13 @@ class StackedLogPosterior:
         if self.fit_intercept:
             grads[:, D] = np.add.reduce(r, axis=1)
         return ll
+
+    def _work(self, shape):
+        """Three work arrays of ``shape``, kept between calls."""
+        work = self._buffers
+        if work is None or work[0].shape != shape:
+            work = self._buffers = tuple(np.empty(shape) for _ in range(3))
+        return work
 
     def _family_sums(self, Z, thetas, grads):
         """The family's own sums, one row at a time (families without a stacked form)."""
