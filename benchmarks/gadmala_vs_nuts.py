@@ -68,6 +68,8 @@ def child(name, seed, n_jobs=None):
     clf.fit(X, z["y"])
     seconds = time.perf_counter() - t0
     ess = min_ess(clf.samples_)
+    from skbayes_sg import _chains  # noqa: PLC0415 (after the timed fit)
+
     print(
         json.dumps(
             {
@@ -79,6 +81,8 @@ def child(name, seed, n_jobs=None):
                 "n_iter": int(clf.n_iter_),
                 "n_chains": int(clf.samples_.shape[0]),
                 "accept": round(float(clf.diagnostics_["acceptance_rate"]), 3),
+                # Whether the chains moved to a process pool (n_jobs > 1 and a long enough run).
+                "process_pool": bool(getattr(_chains, "_POOLS_STARTED", ())),
             }
         )
     )
