@@ -8,9 +8,12 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
 from skbayes_sg import SGBayesLogisticRegression, SGBayesPoissonRegressor
+from skbayes_sg.diagnostics import mcse_mean
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, PoissonModel, WhitenedModel
 from skbayes_sg.models._stacked_posterior import stacked_log_posterior
 from skbayes_sg.samplers import GadMALA
+
+from ._exact import Z_MAX, mcse_sd
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +102,58 @@ def test_batched_poisson_with_exposure_draws_what_each_chain_draws_alone(monkeyp
     batched = fit()
     monkeypatch.setattr(GadMALA, "batched", lambda self, grads: False)
     np.testing.assert_array_equal(batched, fit())
+
+
+def _logistic_reference(X, y, alpha=1.0, n_draws=20_000, df=7, seed=0):
+    """Posterior means and sds of logistic regression (``N(0, 1 / alpha)`` on weights and
+    intercept, the intercept last) with their MCSEs, by self-normalised importance sampling
+    from a multivariate t at the MAP with the Laplace covariance, in plain numpy (independent
+    of skbayes_sg's models and samplers); as ``_exact.poisson_reference``."""
+    Xa = np.column_stack([X, np.ones(len(y))])
+    P = Xa.shape[1]
+
+    def log_post(theta):
+        z = Xa @ theta
+        return float(y @ z - np.logaddexp(0.0, z).sum() - 0.5 * alpha * theta @ theta)
+
+    theta = np.zeros(P)
+    for _ in range(50):  # Newton: the log posterior is concave
+        s = 1.0 / (1.0 + np.exp(-(Xa @ theta)))
+        H = Xa.T @ (Xa * (s * (1 - s))[:, None]) + alpha * np.eye(P)
+        theta = theta + np.linalg.solve(H, Xa.T @ (y - s) - alpha * theta)
+    L = np.linalg.cholesky(np.linalg.inv(H))
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((n_draws, P)) / np.sqrt(rng.chisquare(df, n_draws) / df)[:, None]
+    draws = theta + z @ L.T
+    log_q = -0.5 * (df + P) * np.log1p(np.einsum("sp,sp->s", z, z) / df)
+    log_w = np.array([log_post(t) for t in draws]) - log_q
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    mean = w @ draws
+    c2 = (draws - mean) ** 2
+    var = w @ c2
+    sd = np.sqrt(var)
+    return mean, sd, np.sqrt((w * w) @ c2), np.sqrt((w * w) @ (c2 - var) ** 2) / (2 * sd), 1.0 / float(w @ w)
+
+
+@pytest.mark.statistical
+def test_batched_default_fit_is_exact_on_a_logistic_posterior(cancer, monkeypatch):
+    # gadMALA at the estimator's defaults (its chains batched) against the importance-sampled
+    # posterior: each mean and sd within Z_MAX of the fit's and the reference's Monte Carlo
+    # errors combined.
+    X, y = cancer
+    X = X[:, :6]
+    calls = []
+    step_batch = GadMALA.step_batch
+    monkeypatch.setattr(GadMALA, "step_batch", lambda self, *a: calls.append(1) or step_batch(self, *a))
+    # alpha_intercept=1.0: the reference puts the weights' N(0, 1) prior on the intercept too.
+    clf = SGBayesLogisticRegression(sampler="gadmala", batch_size=None, alpha_intercept=1.0, random_state=0).fit(X, y)
+    assert calls
+    mean_ref, sd_ref, mcse_mean_ref, mcse_sd_ref, ess = _logistic_reference(X, y)
+    assert ess > 10_000
+    draws = clf.samples_
+    flat = draws.reshape(-1, draws.shape[-1])
+    z_mean = (flat.mean(axis=0) - mean_ref) / np.hypot(mcse_mean(draws), mcse_mean_ref)
+    z_sd = (flat.std(axis=0, ddof=1) - sd_ref) / np.hypot(mcse_sd(draws), mcse_sd_ref)
+    assert np.all(np.abs(z_mean) < Z_MAX), z_mean
+    assert np.all(np.abs(z_sd) < Z_MAX), z_sd
