@@ -101,6 +101,12 @@ class GadMALA(GadSampler):
     The fit loop must call :meth:`end_adaptation` when burn-in ends; driven by hand,
     call it yourself before collecting draws.
 
+    On full data of a one-output GLM held in memory the estimators advance a fit's chains
+    together (:meth:`step_batch`): each chain proposes from its own state, one call
+    evaluates the log posterior and gradient at every proposal, each chain's row bit-identical to its own
+    full-data pass, and each chain accepts and adapts as alone. The draws are those of the
+    chains run one at a time, whatever ``n_jobs``.
+
     ``init_scale="map"`` takes the curvature at the point given to
     :meth:`fix_initial_factor`: the estimators give the MAP under ``init="map"`` (the
     default), ``"zeros"`` and given starts alike, so that the proposal does not depend on
