@@ -11,7 +11,7 @@ from skbayes_sg import SGBayesLogisticRegression, SGBayesPoissonRegressor
 from skbayes_sg.diagnostics import mcse_mean
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, PoissonModel, WhitenedModel
 from skbayes_sg.models._stacked_posterior import stacked_log_posterior
-from skbayes_sg.samplers import GadMALA
+from skbayes_sg.samplers import GadMALA, GadRWM
 
 from ._exact import Z_MAX, mcse_sd
 
@@ -63,28 +63,33 @@ def test_stacked_log_posterior_declines_what_it_cannot_reproduce(cancer):
     assert stacked_log_posterior(LinearRegressionModel(X[:, :4], X[:, 5], alpha=1.0, noise_precision=None)) is None
 
 
-def _fit(X, y, monkeypatch=None, batched=True, **kw):
+def _fit(X, y, sampler="gadmala", monkeypatch=None, batched=True, **kw):
     if not batched:
-        monkeypatch.setattr(GadMALA, "batched", lambda self, grads: False)
-    clf = SGBayesLogisticRegression(sampler="gadmala", batch_size=None, n_iter=300, random_state=4, **kw)
+        monkeypatch.setattr(SAMPLERS[sampler], "batched", lambda self, grads: False)
+    clf = SGBayesLogisticRegression(sampler=sampler, batch_size=None, n_iter=300, random_state=4, **kw)
     with pytest.warns(Warning):  # 300 iterations: too short for the convergence checks
         clf.fit(X, y)
     return clf
 
 
-def test_batched_chains_draw_what_each_chain_draws_alone(cancer, monkeypatch):
+SAMPLERS = {"gadmala": GadMALA, "gadrwm": GadRWM}
+
+
+@pytest.mark.parametrize("sampler", list(SAMPLERS))
+def test_batched_chains_draw_what_each_chain_draws_alone(cancer, monkeypatch, sampler):
     X, y = cancer
     calls = []
-    step_batch = GadMALA.step_batch
-    monkeypatch.setattr(GadMALA, "step_batch", lambda self, *a: calls.append(1) or step_batch(self, *a))
-    batched = _fit(X, y)
+    cls = SAMPLERS[sampler]
+    step_batch = cls.step_batch
+    monkeypatch.setattr(cls, "step_batch", lambda self, *a: calls.append(1) or step_batch(self, *a))
+    batched = _fit(X, y, sampler)
     assert len(calls) == batched.n_iter_  # every iteration of the 4 chains in one call
     with monkeypatch.context() as m:
-        alone = _fit(X, y, m, batched=False)
+        alone = _fit(X, y, sampler, m, batched=False)
     np.testing.assert_array_equal(batched.samples_, alone.samples_)
     assert batched.diagnostics_["acceptance_rate"] == alone.diagnostics_["acceptance_rate"]
     assert batched.diagnostics_["n_grad_evals"] == alone.diagnostics_["n_grad_evals"]
-    np.testing.assert_array_equal(_fit(X, y, n_jobs=2).samples_, batched.samples_)
+    np.testing.assert_array_equal(_fit(X, y, sampler, n_jobs=2).samples_, batched.samples_)
 
 
 def test_batched_poisson_with_exposure_draws_what_each_chain_draws_alone(monkeypatch):

@@ -14,7 +14,51 @@ from ._batched import ChainsState
 from ._gad_common import GadSampler, factor_mul, factor_tmul
 
 
-class GadMALA(GadSampler):
+class _BatchedChains:
+    """The batched kernel of the gad samplers, from their ``_propose`` / ``_finish`` halves."""
+
+    #: Batched: the chains' states stay their own (``ChainsState.states``); only theta is
+    #: stacked, for the driver's draws and finiteness checks.
+    _batch_fields = ("theta",)
+
+    def batched(self, grads):
+        """Whether the chains can advance together: full-data gradients of one model whose log
+        posterior has a stacked form (:func:`~skbayes_sg.models._stacked_posterior.stacked_log_posterior`)."""
+        model = grads.model
+        return (
+            grads.full and all(e.model is model for e in grads.estimators) and stacked_log_posterior(model) is not None
+        )
+
+    def stack_states(self, states):
+        """The chains' ``states`` for :meth:`step_batch`, with its work arrays."""
+        chains = ChainsState(states, self._batch_fields)
+        C = chains.theta.shape[0]
+        chains.log_p_y, chains.info = np.empty(C), np.empty((C, 2))
+        return chains
+
+    def step_batch(self, chains, grads, rngs):
+        """:meth:`step` for a stack of chains: each chain proposes from its own state and
+        generator, the log posteriors and gradients of all proposals come from one call
+        (:class:`~skbayes_sg.models._stacked_posterior.StackedLogPosterior`, each row
+        bit-identical to its own chain's pass),
+        and each chain accepts or rejects and adapts as alone."""
+        states = chains.states
+        C, P = chains.theta.shape
+        # Fresh arrays each iteration: an accepting chain keeps its rows as its theta and
+        # gradient (views, no copies), and the next iteration must not overwrite them.
+        Y, G = np.empty((C, P)), np.empty((C, P))
+        proposals = [self._propose(state, rngs[c], Y[c]) for c, state in enumerate(states)]
+        log_p, _ = stacked_log_posterior(grads.model)(Y, chains.log_p_y, G)
+        for e in grads.estimators:
+            e.n_grad_evals += e.n_samples
+        info, theta = chains.info, chains.theta
+        for c, state in enumerate(states):
+            info[c] = self._finish(state, proposals[c], float(log_p[c]), G[c])
+            theta[c] = state.theta
+        return info
+
+
+class GadMALA(_BatchedChains, GadSampler):
     """Gradient-based adaptive Metropolis-adjusted Langevin algorithm (gadMALA).
 
     Proposal (Titsias & Dellaportas 2019, section 2.3)::
@@ -189,51 +233,11 @@ class GadMALA(GadSampler):
             half_Lt = state.half_Lt = np.ascontiguousarray(0.5 * L.T) if L.ndim == 2 else 0.5 * L
             state.half_Lt_grad = factor_mul(half_Lt, state.grad)
 
-    #: Batched: the chains' states stay their own (``ChainsState.states``); only theta is
-    #: stacked, for the driver's draws and finiteness checks.
-    _batch_fields = ("theta",)
-
-    def batched(self, grads):
-        """Whether the chains can advance together: full-data gradients of one model whose log
-        posterior has a stacked form (:func:`~skbayes_sg.models._stacked_posterior.stacked_log_posterior`)."""
-        model = grads.model
-        return (
-            grads.full and all(e.model is model for e in grads.estimators) and stacked_log_posterior(model) is not None
-        )
-
-    def stack_states(self, states):
-        """The chains' ``states`` for :meth:`step_batch`, with its work arrays."""
-        chains = ChainsState(states, self._batch_fields)
-        C = chains.theta.shape[0]
-        chains.log_p_y, chains.info = np.empty(C), np.empty((C, 2))
-        return chains
-
     def step(self, state, grad_estimator, rng):
         """One gadMALA iteration: propose, adapt ``L`` (burn-in), accept or reject, adapt ``beta``."""
         proposal = self._propose(state, rng)
         log_p_y, g_y = grad_estimator.log_posterior_and_grad(proposal[0])
         return state, self._finish(state, proposal, log_p_y, g_y)
-
-    def step_batch(self, chains, grads, rngs):
-        """:meth:`step` for a stack of chains: each chain proposes from its own state and
-        generator, the log posteriors and gradients of all proposals come from one call
-        (:class:`~skbayes_sg.models._stacked_posterior.StackedLogPosterior`, each row
-        bit-identical to its own chain's pass),
-        and each chain accepts or rejects and adapts as alone."""
-        states = chains.states
-        C, P = chains.theta.shape
-        # Fresh arrays each iteration: an accepting chain keeps its rows as its theta and
-        # gradient (views, no copies), and the next iteration must not overwrite them.
-        Y, G = np.empty((C, P)), np.empty((C, P))
-        proposals = [self._propose(state, rngs[c], Y[c]) for c, state in enumerate(states)]
-        log_p, _ = stacked_log_posterior(grads.model)(Y, chains.log_p_y, G)
-        for e in grads.estimators:
-            e.n_grad_evals += e.n_samples
-        info, theta = chains.info, chains.theta
-        for c, state in enumerate(states):
-            info[c] = self._finish(state, proposals[c], float(log_p[c]), G[c])
-            theta[c] = state.theta
-        return info
 
     def _propose(self, state, rng, out=None):
         """The proposal ``y = x + L u``, ``u = (1/2) L' grad log pi(x) + epsilon``: ``(y, u, eps_sq, log_u)``;
@@ -303,7 +307,7 @@ class GadMALA(GadSampler):
         return info
 
 
-class GadRWM(GadSampler):
+class GadRWM(_BatchedChains, GadSampler):
     """Gradient-based adaptive random-walk Metropolis (gadRWM).
 
     Proposal ``y = x + L epsilon``, ``epsilon ~ N(0, I)`` (Titsias & Dellaportas 2019,
@@ -374,10 +378,20 @@ class GadRWM(GadSampler):
 
     def step(self, state, grad_estimator, rng):
         """One gadRWM iteration: propose, adapt ``L`` (burn-in), accept or reject, adapt ``beta``."""
-        L, L0 = state.L, state.L0
+        proposal = self._propose(state, rng)
+        log_p_y, g_y = grad_estimator.log_posterior_and_grad(proposal[0])
+        return state, self._finish(state, proposal, log_p_y, g_y)
+
+    def _propose(self, state, rng, out=None):
+        """The proposal ``y = x + L epsilon`` (into ``out`` if given): ``(y, epsilon, log_u)``."""
         eps, _, log_u = self._noise(state, rng)
-        y = state.theta + factor_mul(L0, factor_mul(L, eps))
-        log_p_y, g_y = grad_estimator.log_posterior_and_grad(y)
+        y = np.add(state.theta, factor_mul(state.L0, factor_mul(state.L, eps)), out=out)
+        return y, eps, log_u
+
+    def _finish(self, state, proposal, log_p_y, g_y):
+        """Accept or reject ``proposal`` given ``log pi(y)`` and its gradient; adapt while
+        burning in; return the iteration's info."""
+        y, eps, log_u = proposal
         log_ratio = log_p_y - state.log_p
         accepted = bool(log_u < log_ratio)
         adapting = state.adapting
@@ -385,7 +399,7 @@ class GadRWM(GadSampler):
         if adapting:
             if -math.inf < log_ratio < 0.0 and np.isfinite(g_y).all():
                 # a = grad log pi(y) in M's coordinates, L0' grad log pi(y).
-                self._adapt(state, factor_tmul(L0, g_y), eps)
+                self._adapt(state, factor_tmul(state.L0, g_y), eps)
             else:
                 self._adapt(state, None, None)
             self._update_beta(state, accepted)
@@ -393,4 +407,4 @@ class GadRWM(GadSampler):
             state.theta = y
             state.log_p = log_p_y
             state.grad = g_y
-        return state, info
+        return info
