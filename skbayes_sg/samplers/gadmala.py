@@ -9,10 +9,56 @@ import math
 
 import numpy as np
 
+from ..models._stacked_posterior import stacked_log_posterior
+from ._batched import ChainsState
 from ._gad_common import GadSampler, factor_mul, factor_tmul
 
 
-class GadMALA(GadSampler):
+class _BatchedChains:
+    """The batched kernel of the gad samplers, from their ``_propose`` / ``_finish`` halves."""
+
+    #: Batched: the chains' states stay their own (``ChainsState.states``); only theta is
+    #: stacked, for the driver's draws and finiteness checks.
+    _batch_fields = ("theta",)
+
+    def batched(self, grads):
+        """Whether the chains can advance together: full-data gradients of one model whose log
+        posterior has a stacked form (:func:`~skbayes_sg.models._stacked_posterior.stacked_log_posterior`)."""
+        model = grads.model
+        return (
+            grads.full and all(e.model is model for e in grads.estimators) and stacked_log_posterior(model) is not None
+        )
+
+    def stack_states(self, states):
+        """The chains' ``states`` for :meth:`step_batch`, with its work arrays."""
+        chains = ChainsState(states, self._batch_fields)
+        C = chains.theta.shape[0]
+        chains.log_p_y, chains.info = np.empty(C), np.empty((C, 2))
+        return chains
+
+    def step_batch(self, chains, grads, rngs):
+        """:meth:`step` for a stack of chains: each chain proposes from its own state and
+        generator, the log posteriors and gradients of all proposals come from one call
+        (:class:`~skbayes_sg.models._stacked_posterior.StackedLogPosterior`, each row
+        bit-identical to its own chain's pass),
+        and each chain accepts or rejects and adapts as alone."""
+        states = chains.states
+        C, P = chains.theta.shape
+        # Fresh arrays each iteration: an accepting chain keeps its rows as its theta and
+        # gradient (views, no copies), and the next iteration must not overwrite them.
+        Y, G = np.empty((C, P)), np.empty((C, P))
+        proposals = [self._propose(state, rngs[c], Y[c]) for c, state in enumerate(states)]
+        log_p, _ = stacked_log_posterior(grads.model)(Y, chains.log_p_y, G)
+        for e in grads.estimators:
+            e.n_grad_evals += e.n_samples
+        info, theta = chains.info, chains.theta
+        for c, state in enumerate(states):
+            info[c] = self._finish(state, proposals[c], float(log_p[c]), G[c])
+            theta[c] = state.theta
+        return info
+
+
+class GadMALA(_BatchedChains, GadSampler):
     """Gradient-based adaptive Metropolis-adjusted Langevin algorithm (gadMALA).
 
     Proposal (Titsias & Dellaportas 2019, section 2.3)::
@@ -99,6 +145,12 @@ class GadMALA(GadSampler):
     The fit loop must call :meth:`end_adaptation` when burn-in ends; driven by hand,
     call it yourself before collecting draws.
 
+    On full data of a one-output GLM held in memory the estimators advance a fit's chains
+    together (:meth:`step_batch`): each chain proposes from its own state, one call
+    evaluates the log posterior and gradient at every proposal, each chain's row bit-identical to its own
+    full-data pass, and each chain accepts and adapts as alone. The draws are those of the
+    chains run one at a time, whatever ``n_jobs``.
+
     ``init_scale="map"`` takes the curvature at the point given to
     :meth:`fix_initial_factor`: the estimators give the MAP under ``init="map"`` (the
     default), ``"zeros"`` and given starts alike, so that the proposal does not depend on
@@ -183,19 +235,36 @@ class GadMALA(GadSampler):
 
     def step(self, state, grad_estimator, rng):
         """One gadMALA iteration: propose, adapt ``L`` (burn-in), accept or reject, adapt ``beta``."""
-        if state.adapting:
-            return self._adapting_step(state, grad_estimator, rng)
-        # The frozen kernel, most of a fit's iterations: one gradient, two products with L
-        # and as few other array operations as the M-H ratio needs (on small problems each
-        # costs about a tenth of the gradient). With u = h_x + epsilon, y = x + L u and
-        # d = h_y + u = (1/2) L' (g_x + g_y) + epsilon.
+        proposal = self._propose(state, rng)
+        log_p_y, g_y = grad_estimator.log_posterior_and_grad(proposal[0])
+        return state, self._finish(state, proposal, log_p_y, g_y)
+
+    def _propose(self, state, rng, out=None):
+        """The proposal ``y = x + L u``, ``u = (1/2) L' grad log pi(x) + epsilon``: ``(y, u, eps_sq, log_u)``;
+        ``y`` written into ``out`` if given."""
         eps, eps_sq, log_u = self._noise(state, rng)
-        L = state.L
         u = state.half_Lt_grad + eps
-        y = L @ u if L.ndim == 2 else L * u
-        y += state.theta
-        log_p_y, g_y = grad_estimator.log_posterior_and_grad(y)
-        h_y = state.half_Lt @ g_y if L.ndim == 2 else state.half_Lt * g_y
+        L = state.L
+        if state.adapting:
+            # While adapting with a base factor, L = L0 M is never formed (O(P^3) per change of
+            # M): L u = L0 (M u), two triangular products.
+            y = np.add(state.theta, factor_mul(state.L0, factor_mul(L, u)), out=out)
+        else:
+            y = np.matmul(L, u, out=out) if L.ndim == 2 else np.multiply(L, u, out=out)
+            y += state.theta
+        return y, u, eps_sq, log_u
+
+    def _finish(self, state, proposal, log_p_y, g_y):
+        """Accept or reject ``proposal`` given ``log pi(y)`` and its gradient; adapt while
+        burning in; return the iteration's info."""
+        if state.adapting:
+            return self._adapting_finish(state, proposal, log_p_y, g_y)
+        # The frozen kernel, most of a fit's iterations: two products with L per iteration
+        # and as few other array operations as the M-H ratio needs (on small problems each
+        # costs about a tenth of the gradient). With u = h_x + epsilon and y = x + L u,
+        # d = h_y + u = (1/2) L' (g_x + g_y) + epsilon.
+        y, u, eps_sq, log_u = proposal
+        h_y = state.half_Lt @ g_y if state.L.ndim == 2 else state.half_Lt * g_y
         d = h_y + u
         log_ratio = log_p_y - state.log_p - 0.5 * (d @ d - eps_sq)
         accepted = bool(log_u < log_ratio)
@@ -205,19 +274,15 @@ class GadMALA(GadSampler):
             state.log_p = log_p_y
             state.grad = state.w = g_y
             state.half_Lt_grad = h_y
-        return state, info
+        return info
 
-    def _adapting_step(self, state, grad_estimator, rng):
-        """A burn-in iteration: as :meth:`step`, with the RMSprop step on ``L`` (``M``) and
+    def _adapting_finish(self, state, proposal, log_p_y, g_y):
+        """:meth:`_finish` of a burn-in iteration: with the RMSprop step on ``L`` (``M``) and
         the ``beta`` update of Algorithm 1, and ``L = L0 M`` applied as two factors."""
+        y, u, eps_sq, log_u = proposal
         M, L0 = state.L, state.L0
         w_x = state.w
-        eps, eps_sq, log_u = self._noise(state, rng)
-        u = state.half_Lt_grad + eps
-        y = state.theta + factor_mul(L0, factor_mul(M, u))
-        log_p_y, g_y = grad_estimator.log_posterior_and_grad(y)
-        # While adapting with a base factor, L = L0 M is never formed (O(P^3) per change of
-        # M): L' g = M' (L0' g), two triangular products, and L0' g is what the adaptation uses.
+        # L' g = M' (L0' g), and L0' g is what the adaptation uses.
         w_y = factor_tmul(L0, g_y)
         h_y = 0.5 * factor_tmul(M, w_y)
         d = h_y + u
@@ -239,10 +304,10 @@ class GadMALA(GadSampler):
             state.w = w_y
         # L has moved: the cached L' grad log pi(x) is stale whether or not y was taken.
         self._refresh_cache(state)
-        return state, info
+        return info
 
 
-class GadRWM(GadSampler):
+class GadRWM(_BatchedChains, GadSampler):
     """Gradient-based adaptive random-walk Metropolis (gadRWM).
 
     Proposal ``y = x + L epsilon``, ``epsilon ~ N(0, I)`` (Titsias & Dellaportas 2019,
@@ -313,10 +378,20 @@ class GadRWM(GadSampler):
 
     def step(self, state, grad_estimator, rng):
         """One gadRWM iteration: propose, adapt ``L`` (burn-in), accept or reject, adapt ``beta``."""
-        L, L0 = state.L, state.L0
+        proposal = self._propose(state, rng)
+        log_p_y, g_y = grad_estimator.log_posterior_and_grad(proposal[0])
+        return state, self._finish(state, proposal, log_p_y, g_y)
+
+    def _propose(self, state, rng, out=None):
+        """The proposal ``y = x + L epsilon`` (into ``out`` if given): ``(y, epsilon, log_u)``."""
         eps, _, log_u = self._noise(state, rng)
-        y = state.theta + factor_mul(L0, factor_mul(L, eps))
-        log_p_y, g_y = grad_estimator.log_posterior_and_grad(y)
+        y = np.add(state.theta, factor_mul(state.L0, factor_mul(state.L, eps)), out=out)
+        return y, eps, log_u
+
+    def _finish(self, state, proposal, log_p_y, g_y):
+        """Accept or reject ``proposal`` given ``log pi(y)`` and its gradient; adapt while
+        burning in; return the iteration's info."""
+        y, eps, log_u = proposal
         log_ratio = log_p_y - state.log_p
         accepted = bool(log_u < log_ratio)
         adapting = state.adapting
@@ -324,7 +399,7 @@ class GadRWM(GadSampler):
         if adapting:
             if -math.inf < log_ratio < 0.0 and np.isfinite(g_y).all():
                 # a = grad log pi(y) in M's coordinates, L0' grad log pi(y).
-                self._adapt(state, factor_tmul(L0, g_y), eps)
+                self._adapt(state, factor_tmul(state.L0, g_y), eps)
             else:
                 self._adapt(state, None, None)
             self._update_beta(state, accepted)
@@ -332,4 +407,4 @@ class GadRWM(GadSampler):
             state.theta = y
             state.log_p = log_p_y
             state.grad = g_y
-        return state, info
+        return info
