@@ -79,11 +79,11 @@ def _reference_z(est, ref):
 
 def test_default_logistic_fit_is_hmc_and_matches_the_reference():
     # The default fit on breast cancer (raw features, intercept) against a long exact reference
-    # run (its prior: alpha = alpha_intercept = 1): means and sds within Z_MAX combined Monte
-    # Carlo standard errors.
+    # run (its prior: alpha = alpha_intercept = 1, so alpha is given: the default prior is
+    # alpha='auto'): means and sds within Z_MAX combined Monte Carlo standard errors.
     ref = np.load(REFERENCE)
     X, y = load_breast_cancer(return_X_y=True)
-    est = SGBayesLogisticRegression(alpha_intercept=1.0, random_state=0).fit(X, y)
+    est = SGBayesLogisticRegression(alpha=1.0, alpha_intercept=1.0, random_state=0).fit(X, y)
     assert isinstance(est._sampler, HMC)
     assert est.diagnostics_["batch_size"] is None
     z_mean, z_sd = _reference_z(est, ref)
