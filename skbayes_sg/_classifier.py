@@ -310,10 +310,12 @@ class BaseSGBayesClassifier(ClassifierMixin, BaseSGBayes):
         with predict_threads(len(blocks)):
             for rows, draws in blocks:
                 proba[rows] += self._model.predict_mean(thetas[draws], weights[draws], X[rows])
+        # Rounding in the weighted sum can leave [0, 1] by an ulp (1 + 1.3e-15 seen), which
+        # sklearn.metrics.log_loss refuses.
+        np.clip(proba, 0.0, 1.0, out=proba)
         if self.sample_weight_ is not None:
             # Signed (multilevel) weights estimate the expectation without bias but can
             # leave [0, 1] by Monte Carlo error: project back onto the simplex.
-            np.clip(proba, 0.0, 1.0, out=proba)
             proba /= proba.sum(axis=1, keepdims=True)
         return proba
 

@@ -193,13 +193,14 @@ def _weighted_conjugate(N=400, tau=2.0, alpha=1.0, seed=3):
         {"batch_size": 40, "gradient": "control_variate", "n_iter": 3000},
         {"batch_size": 200, "gradient": "minibatch", "batch_scheme": "epochs"},
         {"batch_size": None, "sampler": "gadmala"},
+        {"batch_size": None},
     ],
-    ids=["minibatch", "control_variate", "epochs", "gadmala"],
+    ids=["minibatch", "control_variate", "epochs", "gadmala", "hmc-default"],
 )
 def test_sampler_matches_the_weighted_conjugate_posterior(setting):
     """Means and sds within Z_MAX MCSE of the closed form: minibatch rows drawn in
     proportion to the weights, leverage-sampled control variates, reweighted epochs and
-    the full-data gadMALA."""
+    the full-data gadMALA and the default full-data kernel (HMC)."""
     X, y, w, mean, sd = _weighted_conjugate()
     reg = SGBayesLinearRegression(**{"noise_precision": 2.0, "n_iter": 4000, "random_state": 0, **setting})
     reg.fit(X, y, sample_weight=w)
