@@ -352,6 +352,9 @@ def map_on_workers(model, tol=1e-3, max_iter=50):
     w = np.full(m, N / m) if block.sample_weight is None else block.sample_weight * (N / m)
     sample = copy.copy(model)
     sample.rows = ArrayRows(block.X, block.y, sample_weight=w, offset=block.offset, y_dtype=rows.y_dtype)
+    # The sample is a data set of m rows (weighted to N): what the in-memory Newton reads as
+    # its size, and draws its own sample of rows from (rows of the full data would not exist).
+    sample.n_samples = m
     theta = _map_estimate(sample)
 
     def terms(theta):
