@@ -212,6 +212,8 @@ def main():
     out["passes_over_X"] = 1 + rows.n_passes  # the values check, and the model's passes
     out["passes_detail"] = {"values_check": 1, "model_passes": rows.n_passes, "label_scan_of_y": 1}
     out["bulk_gathers"] = rows.n_gathers
+    # queues whose rows had been gathered ahead, while the chains computed the queue before
+    out["queues_gathered_ahead"] = {"used": rows.n_ahead_used, "missed": rows.n_ahead_missed}
     out["warnings"] = caught
     d = est.diagnostics_
     out["fit"] = {k: d.get(k) for k in ("gradient", "preconditioner", "n_iter_blocks") if k in d}

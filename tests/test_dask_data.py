@@ -112,6 +112,26 @@ def test_poisson_regression_on_dask_gives_the_in_memory_posterior(client):
     np.testing.assert_allclose(dask_fit.predict(X[:100]).compute(), dask_fit.predict(Xm[:100]), rtol=1e-12)
 
 
+def test_poisson_predictions_on_dask_take_each_rows_exposure_and_offset(client):
+    X, y = lazy_data("poisson")
+    est = SGBayesPoissonRegressor(random_state=0, n_iter=300, batch_size=100, n_chains=1).fit(X, y)
+    Xm, _ = in_memory("poisson")
+    n = Xm.shape[0]
+    exposure = np.linspace(0.5, 3.0, n)
+    offset = np.sin(np.arange(n))
+    dask_exposure = da.from_array(exposure, chunks=X.chunks[0])
+    mean, std = est.predict(X, exposure=dask_exposure, offset=offset, return_std=True)
+    assert isinstance(mean, da.Array) and mean.numblocks == X.numblocks[:1]
+    m_ref, s_ref = est.predict(Xm, exposure=exposure, offset=offset, return_std=True)
+    np.testing.assert_allclose(mean.compute(), m_ref, rtol=1e-12)
+    np.testing.assert_allclose(std.compute(), s_ref, rtol=1e-12)
+    np.testing.assert_allclose(est.predict(X, offset=offset).compute(), est.predict(Xm, offset=offset), rtol=1e-12)
+    with pytest.raises(ValueError, match="chunked differently"):
+        est.predict(X, exposure=da.from_array(exposure, chunks=1000))
+    with pytest.raises(ValueError, match="rows but X has"):
+        est.predict(X, offset=offset[:10])
+
+
 def test_draws_do_not_depend_on_the_number_of_workers(client):
     kw = dict(random_state=5, n_iter=400, batch_size=100, n_chains=2)
     two = SGBayesLogisticRegression(**kw).fit(*lazy_data())
