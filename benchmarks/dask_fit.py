@@ -23,6 +23,7 @@ Prints one JSON object. Usage::
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -194,6 +195,9 @@ def main():
     )
     client = distributed.Client(cluster)
     out = {"rows": args.rows, "features": D, "chunk_rows": args.chunk_rows, "workers": args.workers}
+    out["worker_memory_limit"] = args.memory_limit
+    # the machine's load (1-minute average) when each stage starts: figures from a busy machine say so
+    out["load_avg"] = {"start": round(os.getloadavg()[0], 2)}
     out["X_gb"] = round(args.rows * D * 4 / 1e9, 2)
     X, y = lazy_data(args.rows, args.chunk_rows)
     tic = time.perf_counter()
@@ -201,12 +205,15 @@ def main():
     distributed.wait([X, y])
     out["generate_seconds"] = round(time.perf_counter() - tic, 1)
 
+    out["load_avg"]["fit"] = round(os.getloadavg()[0], 2)
     est, rows, seconds, rss_mb, caught = fit_ours(X, y)
     out["fit_seconds"] = round(seconds, 1)
     out["driver_peak_rss_growth_mb"] = round(rss_mb, 1)
     out["passes_over_X"] = 1 + rows.n_passes  # the values check, and the model's passes
     out["passes_detail"] = {"values_check": 1, "model_passes": rows.n_passes, "label_scan_of_y": 1}
     out["bulk_gathers"] = rows.n_gathers
+    # queues whose rows had been gathered ahead, while the chains computed the queue before
+    out["queues_gathered_ahead"] = {"used": rows.n_ahead_used, "missed": rows.n_ahead_missed}
     out["warnings"] = caught
     d = est.diagnostics_
     out["fit"] = {k: d.get(k) for k in ("gradient", "preconditioner", "n_iter_blocks") if k in d}
@@ -230,6 +237,7 @@ def main():
     }
     _log(out)
     out["dask_ml"] = []
+    out["load_avg"]["dask_ml"] = round(os.getloadavg()[0], 2)
     for solver in [s for s in args.dask_ml_solvers.split(",") if s]:
         result = fit_dask_ml(X, y, solver)
         if result is None:
@@ -237,6 +245,7 @@ def main():
             break
         out["dask_ml"].append(result)
         _log(out)
+    out["load_avg"]["end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
     client.close()
     cluster.close()

@@ -287,29 +287,49 @@ def _set_input_attributes(est, X, names):
         del est.feature_names_in_
 
 
-def predict_blocks(est, method, X, **kwargs):
+def predict_blocks(est, method, X, return_std=False, **row_arrays):
     """``getattr(est, method)(X)`` of a dask array ``X``, as a dask array computed partition by
-    partition on the workers (a tuple of them for ``return_std=True``)."""
+    partition on the workers (a tuple of them for ``return_std=True``).
+
+    ``row_arrays`` (the Poisson regressor's ``exposure`` and ``offset``; None: not given) are
+    one value per row of X, dask arrays chunked as X's rows or in-memory arrays (split into
+    X's row chunks); each block's rows reach ``method`` with theirs.
+    """
+    import dask.array as da
+
     X = _predict_input(X)
     if X.shape[1] != est.n_features_in_:
         raise ValueError(
             f"X has {X.shape[1]} features, but {type(est).__name__} is expecting {est.n_features_in_} features "
             "as input."
         )
+    names = [name for name, a in row_arrays.items() if a is not None]
+    arrays = [_as_dask_array(row_arrays[name], name, X.shape[0], X.chunks[0]) for name in names]
+    for name, a in zip(names, arrays):
+        if a.ndim != 1 or a.shape[0] != X.shape[0]:
+            raise ValueError(f"{name} has shape {a.shape}; expected ({X.shape[0]},), one value per row of X.")
+        if a.chunks[0] != X.chunks[0]:
+            raise ValueError(f"X and {name} are chunked differently by rows: {name} = {name}.rechunk(X.chunks[0]).")
 
-    def block(part, **kw):
-        return getattr(est, method)(part, **kw)
+    def block(part, *rows, **kw):
+        return getattr(est, method)(part, **dict(zip(names, rows)), **kw)
+
+    def blocks(f, **kw):
+        # One task per row partition: X's block (all its columns) with its rows of the arrays.
+        return da.map_blocks(f, X, *[a[:, None] for a in arrays], **kw)
 
     classes = getattr(est, "classes_", None)
     if method in ("predict_proba", "predict_log_proba"):
-        return X.map_blocks(block, dtype=np.float64, chunks=(X.chunks[0], (classes.size,)))
-    if kwargs.get("return_std"):
-        both = X.map_blocks(
-            lambda p: np.column_stack(block(p, return_std=True)), dtype=np.float64, chunks=(X.chunks[0], (2,))
+        return blocks(block, dtype=np.float64, chunks=(X.chunks[0], (classes.size,)))
+    if return_std:
+        both = blocks(
+            lambda p, *r: np.column_stack(block(p, *[c[:, 0] for c in r], return_std=True)),
+            dtype=np.float64,
+            chunks=(X.chunks[0], (2,)),
         )
         return both[:, 0], both[:, 1]
     dtype = classes.dtype if (method == "predict" and classes is not None) else np.float64
-    return X.map_blocks(block, dtype=dtype, drop_axis=1)
+    return blocks(lambda p, *r: block(p, *[c[:, 0] for c in r]), dtype=dtype, drop_axis=1)
 
 
 def _predict_input(X):
@@ -352,6 +372,9 @@ def map_on_workers(model, tol=1e-3, max_iter=50):
     w = np.full(m, N / m) if block.sample_weight is None else block.sample_weight * (N / m)
     sample = copy.copy(model)
     sample.rows = ArrayRows(block.X, block.y, sample_weight=w, offset=block.offset, y_dtype=rows.y_dtype)
+    # The sample is a data set of m rows (weighted to N): what the in-memory Newton reads as
+    # its size, and draws its own sample of rows from (rows of the full data would not exist).
+    sample.n_samples = m
     theta = _map_estimate(sample)
 
     def terms(theta):

@@ -183,6 +183,9 @@ class MinibatchGradient:
             self._n_blocks = q
         self._queue = []
         self._queue_rng = None
+        #: Generator states just before and just after the last refill (set when the model's
+        #: rows are prefetched, see :meth:`draw_queue`).
+        self.refill_states = None
         self._rows_dist = self._row_scale = None
         if row_probabilities is not None and not self.full and scheme == "replacement":
             dist = row_probabilities
@@ -217,16 +220,23 @@ class MinibatchGradient:
             return item, self.n_samples / self.batch_size
         return slice(self._bounds[item], self._bounds[item + 1]), float(self._n_blocks)
 
+    def draw_queue(self, rng):
+        """The rows of a queue of minibatches drawn from ``rng``, shape ``(block, batch_size)``:
+        what a refill draws (with replacement, uniformly or with the row probabilities)."""
+        if self._rows_dist is not None:
+            return self._rows_dist.draw(rng, (self._block, self.batch_size))
+        return rng.integers(0, self.n_samples, size=(self._block, self.batch_size))
+
     def _fill_queue(self, rng):
         if self.scheme == "replacement":
-            if self._rows_dist is not None:
-                batches = self._rows_dist.draw(rng, (self._block, self.batch_size))
-            else:
-                batches = rng.integers(0, self.n_samples, size=(self._block, self.batch_size))
+            batches = self.draw_queue(rng)
             prefetch = getattr(self.model, "prefetch_rows", None)
             if prefetch is not None:
                 # The rows of the whole queue are known now: a model whose rows live elsewhere
-                # (on a cluster) fetches them in one bulk request, not one per minibatch.
+                # (on a cluster) fetches them in one bulk request, not one per minibatch. The
+                # generator's states around the refill let it draw the next queue ahead, on a
+                # copy of the generator, and fetch its rows while the chains compute.
+                self.refill_states = (self._queue_rng, rng.bit_generator.state)
                 prefetch(batches, owner=self)
             self._queue = list(batches)
         else:

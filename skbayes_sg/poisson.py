@@ -369,12 +369,7 @@ class SGBayesPoissonRegressor(_SparseInput, RegressorMixin, BaseSGBayes):
             Only when ``return_std`` is True.
         """
         if _dask.is_dask_collection(X):
-            if exposure is not None or offset is not None:
-                raise ValueError(
-                    "predict on a dask X takes no exposure or offset yet: add log(exposure) + offset to the "
-                    "predicted log rate, or compute X's rows."
-                )
-            return _dask.predict_blocks(self, "predict", X, return_std=return_std)
+            return _dask.predict_blocks(self, "predict", X, return_std=return_std, exposure=exposure, offset=offset)
         X, offset = self._validate_predict_data(X, exposure, offset)
         mean, var = self._rate_moments(X, offset)
         if not return_std:

@@ -112,6 +112,26 @@ def test_poisson_regression_on_dask_gives_the_in_memory_posterior(client):
     np.testing.assert_allclose(dask_fit.predict(X[:100]).compute(), dask_fit.predict(Xm[:100]), rtol=1e-12)
 
 
+def test_poisson_predictions_on_dask_take_each_rows_exposure_and_offset(client):
+    X, y = lazy_data("poisson")
+    est = SGBayesPoissonRegressor(random_state=0, n_iter=300, batch_size=100, n_chains=1).fit(X, y)
+    Xm, _ = in_memory("poisson")
+    n = Xm.shape[0]
+    exposure = np.linspace(0.5, 3.0, n)
+    offset = np.sin(np.arange(n))
+    dask_exposure = da.from_array(exposure, chunks=X.chunks[0])
+    mean, std = est.predict(X, exposure=dask_exposure, offset=offset, return_std=True)
+    assert isinstance(mean, da.Array) and mean.numblocks == X.numblocks[:1]
+    m_ref, s_ref = est.predict(Xm, exposure=exposure, offset=offset, return_std=True)
+    np.testing.assert_allclose(mean.compute(), m_ref, rtol=1e-12)
+    np.testing.assert_allclose(std.compute(), s_ref, rtol=1e-12)
+    np.testing.assert_allclose(est.predict(X, offset=offset).compute(), est.predict(Xm, offset=offset), rtol=1e-12)
+    with pytest.raises(ValueError, match="chunked differently"):
+        est.predict(X, exposure=da.from_array(exposure, chunks=1000))
+    with pytest.raises(ValueError, match="rows but X has"):
+        est.predict(X, offset=offset[:10])
+
+
 def test_draws_do_not_depend_on_the_number_of_workers(client):
     kw = dict(random_state=5, n_iter=400, batch_size=100, n_chains=2)
     two = SGBayesLogisticRegression(**kw).fit(*lazy_data())
@@ -124,7 +144,7 @@ def test_draws_do_not_depend_on_the_number_of_workers(client):
     np.testing.assert_array_equal(one.samples_, two.samples_)
 
 
-def test_the_fit_reads_the_rows_in_few_passes_and_bulk_gathers(client, monkeypatch):
+def _recording_sources(monkeypatch):
     sources = []
     init = DaskRows.__init__
 
@@ -133,16 +153,61 @@ def test_the_fit_reads_the_rows_in_few_passes_and_bulk_gathers(client, monkeypat
         sources.append(self)
 
     monkeypatch.setattr(DaskRows, "__init__", recording)
+    return sources
+
+
+def test_the_fit_reads_the_rows_in_few_passes_and_bulk_gathers(client, monkeypatch):
+    sources = _recording_sources(monkeypatch)
     est = SGBayesLogisticRegression(random_state=0, n_iter=600, batch_size=100, n_chains=2).fit(*lazy_data())
     (rows,) = sources
     # Newton from a sample's MAP, one pass a step; the Hessian at the MAP (preconditioner) and
     # the control variate's gradient there are the last step's sums.
     assert rows.n_passes <= 3
-    # One bulk gather per chain per queue of 256 minibatches, plus the MAP's start, the
-    # noise probe's rows and the stand-in row.
+    # One bulk gather per chain per queue of 256 minibatches (one more per chain: the queue
+    # drawn ahead after the last), plus the MAP's start, the noise probe's rows and the
+    # stand-in row.
     queues = 2 * int(np.ceil(600 / 256))
-    assert rows.n_gathers <= queues + 4
+    assert rows.n_gathers <= queues + 2 + 4
     assert est.diagnostics_["gradient"] == "control_variate"
+
+
+@pytest.mark.parametrize("sampler", ["sgld", "sghmc"])
+def test_rows_gathered_ahead_are_the_next_queues_and_leave_the_draws_unchanged(client, monkeypatch, sampler):
+    # Each refill of a chain's queue starts the gather of the next queue's rows (drawn ahead on
+    # a copy of the chain's generator): from the third refill on, every queue's rows must be
+    # the ones gathered ahead (a lookahead of the wrong queue is never used), and the draws must
+    # be those of the fit that gathers each queue when it is refilled.
+    sources = _recording_sources(monkeypatch)
+    n_iter, n_chains = 1500, 2
+    kw = dict(random_state=7, n_iter=n_iter, batch_size=100, n_chains=n_chains, sampler=sampler)
+    ahead = SGBayesLogisticRegression(**kw).fit(*lazy_data())
+    monkeypatch.setattr(DaskRows, "overlap", False)
+    plain = SGBayesLogisticRegression(**kw).fit(*lazy_data())
+    rows, plain_rows = sources
+    np.testing.assert_array_equal(ahead.samples_, plain.samples_)
+    refills = int(np.ceil(n_iter / 256))
+    assert rows.n_ahead_missed == 0
+    assert rows.n_ahead_used == n_chains * (refills - 2)
+    assert plain_rows.n_ahead_used == 0
+
+
+def test_the_map_starts_from_a_sample_smaller_than_the_in_memory_newtons_sample(client, monkeypatch):
+    # At large N the dask MAP starts from the in-memory MAP of a sample of START_ROWS rows,
+    # and that in-memory Newton draws its own sample of SAMPLE_ROWS rows: of the sample's
+    # rows, not of the full data's (which it does not hold).
+    import skbayes_sg._dask as dask_fit
+    import skbayes_sg.models._map as map_module
+
+    monkeypatch.setattr(dask_fit, "START_ROWS", 5000)
+    monkeypatch.setattr(map_module, "SAMPLE_ROWS", 1000)
+    monkeypatch.setattr(map_module, "SAMPLE_MIN_ROWS", 2000)
+    from skbayes_sg.models import LogisticModel
+
+    X, y = lazy_data()
+    Xm, ym = in_memory()
+    theta = dask_fit.map_on_workers(LogisticModel(DaskRows(X, y, y_dtype=np.float64), None))
+    ref = map_module._map_estimate(LogisticModel(Xm, ym.astype(np.float64)))
+    np.testing.assert_allclose(theta, ref, atol=1e-3)
 
 
 def test_gather_returns_rows_in_the_order_asked_one_task_per_partition(client):

@@ -132,7 +132,9 @@ class DaskRows(RowSource):
     holds the prefetched rows of the chains' queues and nothing that grows with N.
     ``n_passes`` counts the full-data passes (a pass repeated with the same function and
     arguments, such as the Hessian at the MAP asked again by the preconditioner, is served
-    from the last results and not counted); ``n_gathers`` the bulk gathers.
+    from the last results and not counted); ``n_gathers`` the bulk gathers;
+    ``n_ahead_used`` and ``n_ahead_missed`` the queues whose rows had been gathered ahead and
+    were, or were not, the rows the queue drew.
     """
 
     keeps_row_state = False
@@ -140,6 +142,10 @@ class DaskRows(RowSource):
     #: With ``verbose > 0`` each full-data pass shows a progress bar of its partitions (the
     #: chains' rounds show theirs).
     verbose = 0
+    #: Whether a minibatch queue's refill also starts the gather of the next queue's rows
+    #: (see :meth:`prefetch`); False: each queue's rows are gathered when it is refilled.
+    #: The draws are the same either way.
+    overlap = True
 
     def __init__(self, X, y, *, sample_weight=None, offset=None, y_dtype=None, client=None, persist=True):
         from distributed import futures_of, get_client
@@ -162,9 +168,11 @@ class DaskRows(RowSource):
         self._has_weight, self._has_offset = sample_weight is not None, offset is not None
         self._cache = []
         self._owned = weakref.WeakKeyDictionary()  # minibatch queue -> its prefetched rows
+        self._ahead = weakref.WeakKeyDictionary()  # minibatch queue -> its Lookahead
         self._memo = []
         self._recording = self._first_row = None
         self.n_passes = self.n_gathers = 0
+        self.n_ahead_used = self.n_ahead_missed = 0
 
     # The source is the data: a copy is the same source (no copy of the partitions), and
     # one pickled into a task travels without them (the task reads its own partition).
@@ -176,7 +184,9 @@ class DaskRows(RowSource):
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(client=None, _arrays=None, _parts=None, _cache=[], _owned=None, _memo=[], _first_row=None)
+        state.update(
+            client=None, _arrays=None, _parts=None, _cache=[], _owned=None, _ahead=None, _memo=[], _first_row=None
+        )
         return state
 
     @property
@@ -313,21 +323,37 @@ class DaskRows(RowSource):
         again: each minibatch queue holds the rows of its current queue, whatever the other
         queues do. Rows prefetched without an owner stay until :data:`PREFETCH_SLOTS` later
         such prefetches.
+
+        An owner that can draw its next queue ahead (see :class:`Lookahead`) also starts the
+        gather of the next queue's rows on the workers, which then runs while the chains
+        compute this queue; the next prefetch uses those rows only if its rows are exactly
+        the ones drawn ahead, and gathers them itself otherwise.
         """
-        idx = np.asarray(idx)
-        if idx.ndim == 2 and idx.size > PREFETCH_MAX_ROWS:
-            # Large minibatches (the step size's noise probe draws a queue of 4096-row ones and
-            # uses one): the first that fit; the others are asked for when they come.
-            idx = idx[: max(1, PREFETCH_MAX_ROWS // idx.shape[1])]
-        uniq = np.unique(idx.ravel())
-        entry = (uniq, *self._fetch(uniq))
+        uniq = _unique_rows(idx)
+        ahead = None if owner is None or not self.overlap else self._lookahead(owner)
+        rows = None if ahead is None else ahead.take(uniq, self)
+        entry = (uniq, *(self._fetch(uniq) if rows is None else rows))
         if owner is None:
             self._cache = [entry] + self._cache[: PREFETCH_SLOTS - 1]
         else:
             self._owned[owner] = entry
+        if ahead is not None:
+            ahead.start_next(owner, self)
+
+    def _lookahead(self, owner):
+        if getattr(owner, "refill_states", None) is None or not hasattr(owner, "draw_queue"):
+            return None
+        ahead = self._ahead.get(owner)
+        if ahead is None:
+            ahead = self._ahead[owner] = Lookahead()
+        return ahead
 
     def _fetch(self, flat):
         """Rows ``flat`` (1-D) as ``(X, y, w, off)`` in the partitions' dtypes: one task per partition holding some."""
+        return self._collect(self._submit(flat))
+
+    def _submit(self, flat):
+        """Start the gather of rows ``flat`` on the workers; :meth:`_collect` waits for it."""
         self._check_attached()
         self.n_gathers += 1
         part = np.searchsorted(self.starts, flat, side="right") - 1
@@ -340,6 +366,10 @@ class DaskRows(RowSource):
             p = int(part[g[0]])
             local = flat[g] - self.starts[p]
             futures.append(self.client.submit(_partition_take, local, *self._partition_args(p), pure=False))
+        return futures, order
+
+    def _collect(self, pending):
+        futures, order = pending
         pieces = self.client.gather(futures)
         inverse = np.empty_like(order)
         inverse[order] = np.arange(order.size)
@@ -389,6 +419,86 @@ class DaskRows(RowSource):
         if a is None or idx is None:
             return a
         return super().take_rows(a, idx)
+
+
+def _unique_rows(idx):
+    """The distinct rows of a prefetch of ``idx``, sorted (large queues cut to their first
+    :data:`PREFETCH_MAX_ROWS` rows' worth of minibatches)."""
+    idx = np.asarray(idx)
+    if idx.ndim == 2 and idx.size > PREFETCH_MAX_ROWS:
+        # Large minibatches (the step size's noise probe draws a queue of 4096-row ones and
+        # uses one): the first that fit; the others are asked for when they come.
+        idx = idx[: max(1, PREFETCH_MAX_ROWS // idx.shape[1])]
+    return np.unique(idx.ravel())
+
+
+class Lookahead:
+    """The next queue of one minibatch queue, drawn ahead and its rows' gather started.
+
+    A queue's rows do not depend on the chain's position, only on its generator, which
+    between two refills draws the chain's noise: a fixed number of standard normals per
+    queue for the kernels that draw nothing else. That number is learned from the first
+    two refills (the normals that take the generator from the state after one refill to
+    the state before the next); from then on each refill draws the next queue on a copy
+    of the generator advanced by that many normals and starts its gather. Whatever the
+    kernel draws, the chain's own generator is never touched and the rows a queue uses
+    are the rows it drew: drawn-ahead rows serve a refill only when they are its rows
+    exactly (a kernel that draws otherwise just gets no overlap).
+    """
+
+    #: Normals tried, one at a time, when learning the draws between refills.
+    MAX_NORMALS = 2**15
+
+    def __init__(self):
+        self.normals = None  # per queue; -1 when not found
+        self.after = None  # the generator's state after the last refill
+        self.pending = None  # (rows drawn ahead, their gather)
+
+    def take(self, uniq, rows):
+        """The gathered rows ``uniq`` if they are the ones drawn ahead, else None (its gather dropped)."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return None
+        ahead, gather = pending
+        if np.array_equal(ahead, uniq):
+            rows.n_ahead_used += 1
+            return rows._collect(gather)
+        # The kernel drew something else between the refills: learn the count again.
+        rows.n_ahead_missed += 1
+        self.normals = None
+        rows.client.cancel(gather[0])
+        return None
+
+    def start_next(self, owner, rows):
+        """Draw the queue after ``owner``'s current one (on a copy of its generator) and start its gather."""
+        before, after = owner.refill_states
+        if self.normals is None and self.after is not None:
+            self.normals = _normals_between(self.after, before, self.MAX_NORMALS)
+        self.after = after
+        if self.normals is None or self.normals < 0:
+            return
+        rng = _generator(after)
+        rng.standard_normal(self.normals)
+        ahead = _unique_rows(owner.draw_queue(rng))
+        self.pending = (ahead, rows._submit(ahead))
+
+
+def _generator(state):
+    rng = np.random.Generator(getattr(np.random, state["bit_generator"])())
+    rng.bit_generator.state = state
+    return rng
+
+
+def _normals_between(start, stop, limit):
+    """How many standard normals drawn one by one take a generator from state ``start`` to
+    ``stop`` (-1: none up to ``limit``)."""
+    rng = _generator(start)
+    bitgen = rng.bit_generator
+    for k in range(limit + 1):
+        if bitgen.state == stop:
+            return k
+        rng.standard_normal()
+    return -1
 
 
 def _partition_futures(a, futures_of):
