@@ -44,13 +44,20 @@ def _as_dask_array(a, name, n_rows=None, row_chunks=None, numeric=True):
 
     if a is None:
         return None
-    if hasattr(a, "dtypes") and hasattr(a, "columns"):  # a dask DataFrame
-        bad = [str(c) for c, t in a.dtypes.items() if np.dtype(t).kind not in "biuf"]
+    if hasattr(a, "dtypes") and hasattr(a, "columns") and getattr(a, "ndim", 2) == 2:  # a dask DataFrame
+        from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+        # pandas' own test: its extension dtypes (strings, categoricals, nullable ints) are no numpy dtype.
+        bad = [str(c) for c, t in a.dtypes.items() if not (is_numeric_dtype(t) or is_bool_dtype(t))]
         if bad:
             raise ValueError(
                 f"{name} has non-numeric columns {bad}: encode them as numbers first (for example "
                 "dask_ml.preprocessing.Categorizer and DummyEncoder), or select the numeric columns."
             )
+        dtypes = set(a.dtypes)
+        if len(dtypes) > 1 or not all(isinstance(t, np.dtype) and t.kind in "iuf" for t in dtypes):
+            # Mixed, boolean or pandas extension columns would make an object array: floats instead.
+            a = a.astype(np.float64)
         a = a.to_dask_array(lengths=True)
     elif hasattr(a, "dtype") and hasattr(a, "to_dask_array"):  # a dask Series
         a = a.to_dask_array(lengths=True)
@@ -112,13 +119,22 @@ def check_dask_input(X, y, sample_weight=None, numeric_y=True):
     return X, y, sample_weight, feature_names
 
 
-def _values_check(X, y, sample_weight, classifier):
-    """The checks that need the values, in one computation on the workers (a pass over X):
-    X finite, integral class labels (classifiers) or finite targets, valid weights."""
+def _prior_pass_checks_X(est):
+    """Whether this fit resolves ``alpha="auto"`` from X (a fresh fit, not one continuing its
+    chains): that pass over X's blocks also checks its values, so the values check need not."""
+    if not getattr(est, "_auto_alpha", False) or not (isinstance(est.alpha, str) and est.alpha == "auto"):
+        return False
+    return not (getattr(est, "warm_start", False) and hasattr(est, "samples_"))
+
+
+def _values_check(X, y, sample_weight, classifier, check_X=True):
+    """The checks that need the values, in one computation on the workers: X finite (a pass
+    over X, unless ``check_X`` is False because the prior's pass checks it), integral class
+    labels (classifiers) or finite targets, valid weights."""
     import dask
     import dask.array as da
 
-    checks = {"finite_X": da.isfinite(X).all()}
+    checks = {"finite_X": da.isfinite(X).all()} if check_X else {}
     if classifier and y.dtype.kind == "f":
         checks["integral_y"] = (y == da.floor(y)).all()
     if not classifier:
@@ -127,7 +143,7 @@ def _values_check(X, y, sample_weight, classifier):
         checks["w_ok"] = (da.isfinite(sample_weight) & (sample_weight >= 0)).all()
         checks["w_sum"] = sample_weight.sum()
     (found,) = dask.compute(checks)
-    if not found["finite_X"]:
+    if not found.get("finite_X", True):
         raise ValueError("X contains NaN or infinity; impute or drop those rows first.")
     if not found.get("integral_y", True):
         raise ValueError(
@@ -170,7 +186,7 @@ def fit_classifier(est, X, y, sample_weight=None):
     _check_fit_options(est)
     X, y, sample_weight, names = check_dask_input(X, y, sample_weight, numeric_y=False)
     X, y, sample_weight = _persist(client, X, y, sample_weight)
-    _values_check(X, y, sample_weight, classifier=True)
+    _values_check(X, y, sample_weight, classifier=True, check_X=not _prior_pass_checks_X(est))
     classes = np.unique(y.map_blocks(np.unique, dtype=y.dtype, chunks=((np.nan,) * y.numblocks[0],)).compute())
     if classes.size < 2:
         raise ValueError(
@@ -217,7 +233,7 @@ def fit_regressor(est, X, y, sample_weight=None):
     _check_fit_options(est)
     X, y, sample_weight, names = check_dask_input(X, y, sample_weight)
     X, y, sample_weight = _persist(client, X, y, sample_weight)
-    _values_check(X, y, sample_weight, classifier=False)
+    _values_check(X, y, sample_weight, classifier=False, check_X=not _prior_pass_checks_X(est))
     _set_input_attributes(est, X, names)
     est.y_mean_, est.y_scale_ = 0.0, 1.0
     if est.normalize_y:
@@ -256,7 +272,7 @@ def fit_poisson(est, X, y, sample_weight=None, exposure=None, offset=None):
             a = da.log(a.astype(np.float64)) if name == "exposure" else a.astype(np.float64)
             total = a if total is None else total + a
     X, y, sample_weight, total = _persist(client, X, y, sample_weight, total)
-    _values_check(X, y, sample_weight, classifier=False)
+    _values_check(X, y, sample_weight, classifier=False, check_X=not _prior_pass_checks_X(est))
     (negative, bad_offset) = dask.compute((y < 0).any(), False if total is None else ~da.isfinite(total).all())
     if negative:
         raise ValueError(

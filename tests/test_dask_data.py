@@ -262,8 +262,12 @@ def test_non_numeric_features_and_bad_values_are_refused(client):
     with pytest.raises(ValueError, match="not numbers"):
         SGBayesLogisticRegression().fit(X.astype(str), y)
     bad = da.where(da.arange(X.shape[0], chunks=X.chunks[0])[:, None] == 7, np.nan, X)
+    # Found by the default prior's pass over X, and by the values check under an explicit alpha.
+    for alpha in ("auto", 1.0):
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            SGBayesLogisticRegression(alpha=alpha).fit(bad, y)
     with pytest.raises(ValueError, match="NaN or infinity"):
-        SGBayesLogisticRegression().fit(bad, y)
+        SGBayesLinearRegression().fit(da.where(da.arange(X.shape[0], chunks=X.chunks[0])[:, None] == 3, np.inf, X), y)
     with pytest.raises(ValueError, match="continuous"):
         SGBayesLogisticRegression().fit(X, y + 0.5)
     with pytest.raises(ValueError, match="batch_scheme='replacement'"):
@@ -283,6 +287,26 @@ def test_non_numeric_dataframe_columns_name_them(client):
     frame = dd.from_pandas(pd.DataFrame({"a": [1.0, 2.0] * 50, "colour": ["red", "blue"] * 50}), npartitions=2)
     with pytest.raises(ValueError, match=r"non-numeric columns \['colour'\]"):
         SGBayesLogisticRegression().fit(frame, dd.from_pandas(pd.Series([0, 1] * 50), npartitions=2))
+
+
+def test_a_dataframe_fits_as_the_dask_array_of_its_values(client):
+    """A dask DataFrame and Series (numeric and boolean columns) give the draws of the dask
+    array of the same values and partitions, and name the features."""
+    dd = pytest.importorskip("dask.dataframe")
+    import pandas as pd
+
+    X, y = in_memory()
+    X = X[:, :3]
+    columns = [f"x{j}" for j in range(X.shape[1])]
+    frame = pd.DataFrame(X, columns=columns).assign(flag=X[:, 0] > 0)
+    X_frame = dd.from_pandas(frame, npartitions=4)
+    y_series = dd.from_pandas(pd.Series(y), npartitions=4)
+    kw = dict(random_state=2, n_iter=300, batch_size=100, n_chains=2)
+    from_frame = SGBayesLogisticRegression(**kw).fit(X_frame, y_series)
+    rows = X_frame.to_dask_array(lengths=True).astype(np.float64)
+    from_array = SGBayesLogisticRegression(**kw).fit(rows, y_series.to_dask_array(lengths=True))
+    np.testing.assert_array_equal(from_frame.samples_, from_array.samples_)
+    assert list(from_frame.feature_names_in_) == columns + ["flag"]
 
 
 def test_dask_input_without_a_client_says_how_to_start_one():

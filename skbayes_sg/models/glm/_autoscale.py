@@ -162,9 +162,13 @@ def _row_source_moments(rows, center):
     def sums(block):
         Xb = np.asarray(block.X, dtype=float) - shift
         w = np.ones(Xb.shape[0]) if block.sample_weight is None else np.asarray(block.sample_weight, dtype=float)
-        return float(w.sum()), w @ Xb, w @ (Xb * Xb), FeatureExtremes.of(block.X, block.sample_weight)
+        n_bad = int(Xb.size - np.count_nonzero(np.isfinite(Xb)))
+        return float(w.sum()), w @ Xb, w @ (Xb * Xb), FeatureExtremes.of(block.X, block.sample_weight), n_bad
 
-    total_w, s1, s2, extremes = rows.reduce_blocks(sums, 1 << 16)
+    total_w, s1, s2, extremes, n_bad = rows.reduce_blocks(sums, 1 << 16)
+    if n_bad:
+        # A dask fit under alpha="auto" checks X's values here, in this pass, not in one of its own.
+        raise ValueError("X contains NaN or infinity; impute or drop those rows first.")
     if total_w <= 0:
         return np.zeros(rows.n_features), extremes
     mean = s1 / total_w
