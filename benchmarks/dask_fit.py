@@ -173,6 +173,22 @@ def fit_dask_ml(X, y, solver):
     return {"solver": solver, "seconds": round(time.perf_counter() - tic, 1)}
 
 
+def local_client(workers, memory_limit):
+    """A client of a loopback ``LocalCluster`` of ``workers`` single-threaded worker processes."""
+    import distributed
+
+    cluster = distributed.LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=":0",
+        memory_limit=memory_limit,
+        silence_logs=50,
+    )
+    return distributed.Client(cluster)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=20_000_000)
@@ -184,16 +200,7 @@ def main():
 
     import distributed
 
-    cluster = distributed.LocalCluster(
-        n_workers=args.workers,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",
-        memory_limit=args.memory_limit,
-        silence_logs=50,
-    )
-    client = distributed.Client(cluster)
+    client = local_client(args.workers, args.memory_limit)
     out = {"rows": args.rows, "features": D, "chunk_rows": args.chunk_rows, "workers": args.workers}
     out["worker_memory_limit"] = args.memory_limit
     # the machine's load (1-minute average) when each stage starts: figures from a busy machine say so
@@ -251,6 +258,7 @@ def main():
         _log(out)
     out["load_avg"]["end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
+    cluster = client.cluster
     client.close()
     cluster.close()
 

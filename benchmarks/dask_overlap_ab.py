@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dask_fit import lazy_data  # noqa: E402
+from dask_fit import lazy_data, local_client  # noqa: E402
 
 
 def fit_once(X, y, overlap):
@@ -66,16 +66,7 @@ def main():
 
     import distributed
 
-    cluster = distributed.LocalCluster(
-        n_workers=args.workers,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",
-        memory_limit=args.memory_limit,
-        silence_logs=50,
-    )
-    client = distributed.Client(cluster)
+    client = local_client(args.workers, args.memory_limit)
     X, y = lazy_data(args.rows, args.chunk_rows)
     X, y = client.persist([X, y])
     distributed.wait([X, y])
@@ -97,6 +88,7 @@ def main():
     out["ratio_off_over_on"] = round(med["off"] / med["on"], 3)
     out["draws_identical"] = all(f["draws_identical"] for f in out["fits"])
     print(json.dumps(out))
+    cluster = client.cluster
     client.close()
     cluster.close()
 

@@ -662,19 +662,31 @@ def poisson_reference(X, y, alpha=1.0, alpha_intercept=0.01, offset=None, n_draw
         lp = _poisson_log_posterior(theta, X, y, prec, offset)[0]
         if abs(lp - lp_old) < 1e-12 * abs(lp) and float(g @ step) < 1e-12:
             break
-    H = _poisson_log_posterior(theta, X, y, prec, offset)[2]
-    L = np.linalg.cholesky(np.linalg.inv(H))
-    rng = np.random.default_rng(seed)
-    z = rng.standard_normal((n_draws, P)) / np.sqrt(rng.chisquare(df, n_draws) / df)[:, None]
-    draws = theta + z @ L.T
-    # log t density up to a constant, and the log posterior of each draw in blocks of rows.
-    log_q = -0.5 * (df + P) * np.log1p(np.einsum("sp,sp->s", z, z) / df)
+    draws, log_q = t_proposal(theta, _poisson_log_posterior(theta, X, y, prec, offset)[2], n_draws, df, seed)
+    # The log posterior of each draw in blocks of rows.
     log_p = -0.5 * np.einsum("sp,p,sp->s", draws, prec, draws)
     for start in range(0, len(y), 4096):
         rows = slice(start, start + 4096)
         eta = draws[:, :-1] @ X[rows].T + draws[:, -1:] + offset[rows]
         log_p += eta @ y[rows] - np.exp(eta).sum(axis=1)
-    log_w = log_p - log_q
+    return importance_summary(draws, log_p - log_q)
+
+
+def t_proposal(theta, H, n_draws, df, seed):
+    """``n_draws`` draws of a multivariate t with ``df`` degrees of freedom centred at the
+    MAP ``theta`` with the Laplace covariance ``H^-1``, and their log densities up to a
+    constant: the importance proposal of the references here."""
+    P = theta.size
+    L = np.linalg.cholesky(np.linalg.inv(H))
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((n_draws, P)) / np.sqrt(rng.chisquare(df, n_draws) / df)[:, None]
+    return theta + z @ L.T, -0.5 * (df + P) * np.log1p(np.einsum("sp,sp->s", z, z) / df)
+
+
+def importance_summary(draws, log_w):
+    """The :class:`Reference` of ``draws`` (S, P) under self-normalised log weights ``log_w``
+    (S,): means and sds with their delta-method MCSEs (``MCSE(mean)^2 = sum w^2 (x - mean)^2``,
+    of the variance ``sum w^2 ((x - mean)^2 - var)^2``), and the importance ESS."""
     w = np.exp(log_w - log_w.max())
     w /= w.sum()
     mean = w @ draws

@@ -219,8 +219,7 @@ class HMC(BaseSampler):
     def stack_states(self, states):
         for s in states:
             if s.freeze_pending:
-                if s.n_adapt > 0:
-                    s.eps = math.exp(s.log_eps_bar)
+                s.eps = _frozen_step(s.n_adapt, s.log_eps_bar, s.eps)
                 s.freeze_pending = False
         chains = ChainsState(states, self._batch_fields)
         chains.adapting = any(s.adapting for s in states)
@@ -238,8 +237,7 @@ class HMC(BaseSampler):
             chains.adapting = False
             for c, s in enumerate(chains.states):
                 if s.freeze_pending:
-                    if chains.n_adapt[c] > 0:
-                        chains.eps[c] = math.exp(chains.log_eps_bar[c])
+                    chains.eps[c] = _frozen_step(chains.n_adapt[c], chains.log_eps_bar[c], chains.eps[c])
                     s.freeze_pending = False
         theta, log_p, grad, eps = chains.theta, chains.log_p, chains.grad, chains.eps
         C = theta.shape[0]
@@ -300,6 +298,12 @@ class HMC(BaseSampler):
         eta = m**-DA_KAPPA
         chains.log_eps_bar[c] = eta * log_eps + (1.0 - eta) * chains.log_eps_bar[c]
         chains.eps[c] = math.exp(log_eps)
+
+
+def _frozen_step(n_adapt, log_eps_bar, eps):
+    """The step a chain keeps after burn-in: dual averaging's average ``exp(log_eps_bar)``, or
+    ``eps`` as it is when no adaptation ran."""
+    return math.exp(log_eps_bar) if n_adapt > 0 else eps
 
 
 class _OneChain:
