@@ -68,25 +68,34 @@ def _pool(n_threads):
         return pool
 
 
-def _threaded(blocks, f, n_threads):
-    """``(rows, f(block))`` of ``blocks`` in their order, computed on ``n_threads`` threads with at
-    most ``2 n_threads`` blocks in flight (a pass's memory stays bounded by a few blocks)."""
+def ordered_map(f, items):
+    """``f(item)`` for each of ``items``, yielded in their order, computed on :func:`block_threads`
+    threads when more than one is allowed (in this thread otherwise).
+
+    At most ``2 n_threads`` items are in flight, so a pass over blocks of rows holds a few
+    blocks' temporaries, never N's. Each call runs in a copy of the caller's context (its
+    NumPy ``errstate``) in which passes are not threaded again: a pool thread never waits on
+    the pool.
+    """
+    n_threads = _BLOCK_THREADS.get()
+    if n_threads <= 1:
+        return (f(item) for item in items)
+    return _threaded(f, items, n_threads)
+
+
+def _threaded(f, items, n_threads):
     pool, pending = _pool(n_threads), deque()
     try:
-        for rows, block in blocks:
-            # A copy of the caller's context (its errstate), in which a pass that f itself makes
-            # runs in its own thread: a pool thread never waits on the pool.
+        for item in items:
             context = contextvars.copy_context()
             context.run(_BLOCK_THREADS.set, 1)
-            pending.append((rows, pool.submit(context.run, f, block)))
+            pending.append(pool.submit(context.run, f, item))
             if len(pending) >= 2 * n_threads:
-                rows, future = pending.popleft()
-                yield rows, future.result()
+                yield pending.popleft().result()
         while pending:
-            rows, future = pending.popleft()
-            yield rows, future.result()
+            yield pending.popleft().result()
     finally:
-        for _, future in pending:  # an error or an abandoned pass: drop the blocks not started
+        for future in pending:  # an error or an abandoned pass: drop the calls not started
             future.cancel()
 
 
@@ -277,12 +286,11 @@ class RowSource:
 
     def _block_results(self, f, rows_per_block):
         """``(rows, f(block))`` over the blocks in row order, on :func:`block_threads` threads."""
-        n_threads = _BLOCK_THREADS.get()
         slices = self.block_slices(rows_per_block)
-        blocks = ((rows, self.block(rows)) for rows in slices)
-        if n_threads > 1 and len(slices) > 1:
-            return _threaded(blocks, f, n_threads)
-        return ((rows, f(block)) for rows, block in blocks)
+        if len(slices) == 1:  # one block (small data): no thread to hand it to
+            return iter([(slices[0], f(self.block(slices[0])))])
+        parts = ordered_map(lambda rows: f(self.block(rows)), slices)
+        return zip(slices, parts)
 
     def map_rows(self, f, rows_per_block, width=None):
         """``f(block)`` of every block, concatenated in row order.
