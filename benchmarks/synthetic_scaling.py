@@ -111,6 +111,8 @@ def main(argv=None):
             for tree in args.trees:
                 for lib in ("skbayes_sg", "sklearn"):
                     runs[tree][n][lib].append(_run(tree, n, lib, args.n_jobs))
+                    run = {"tree": tree, "n_rows": n, "lib": lib, **runs[tree][n][lib][-1]}
+                    print(json.dumps(run), file=sys.stderr)  # progress
     report = {"n_jobs": args.n_jobs, "repeats": args.repeats, "results": {}}
     for tree in args.trees:
         for n in args.sizes:
