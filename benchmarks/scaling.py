@@ -18,12 +18,14 @@
 4. (``default``) The default fit against ``LogisticRegression`` on synthetic logistic data
    (D = 28 standard-normal features, N = 1e5, 1e6, 4e6), in one interleaved run: per N the
    median wall time of ``--repeats`` default fits (``--n-jobs``, default 2) and of as many
-   ``LogisticRegression(C=1/alpha)`` fits, their ratio, the set-up's share (everything
+   ``LogisticRegression(C=1/alpha_)`` fits, their ratio, the set-up's share (everything
    before the first chain step: validation, MAP, Hessian, leverages, row sampler, noise
    probe) and the fit's exactness against the Laplace approximation at the MAP (rms of the
    posterior-mean error in Laplace sds, the range of the sd ratios, the largest R-hat).
    Then ``predict_proba`` on 200,000 rows after the N = 1e6 fit against
-   ``LogisticRegression``'s (medians of ``--repeats``, interleaved).
+   ``LogisticRegression``'s (medians of ``--repeats``, interleaved). In one process, after
+   the other sections; ``benchmarks/synthetic_scaling.py`` times the same fits each in a
+   fresh process, two source trees interleaved.
 
 Prints one JSON object per line. Usage::
 
@@ -166,7 +168,10 @@ def default_vs_sklearn(sizes, repeats, n_jobs=2):
                 est.fit(X, y)
                 times[n]["skbayes_sg"].append(time.perf_counter() - t0)
             times[n]["setup"].append(chains_start["t"] - t0)
-            lr = LogisticRegression(C=1.0 / est.alpha, max_iter=1000)
+            # The same prior where it is one precision (alpha="auto" may resolve to one per feature,
+            # which LogisticRegression cannot take: then its default C, as a user would fit it).
+            alpha = np.asarray(est.alpha_)
+            lr = LogisticRegression(C=1.0 / float(alpha) if alpha.ndim == 0 else 1.0, max_iter=1000)
             times[n]["sklearn"].append(_timed(lambda: lr.fit(X, y))[0])
             fitted[n] = (est, lr)
     chain_fit.run_blocks = run_blocks

@@ -82,7 +82,9 @@ n_chains : int, default=4
     Independent chains; R-hat needs at least 2.""",
     "n_jobs": """\
 n_jobs : int or None, default=None
-    Chains run in parallel with joblib. Draws do not depend on ``n_jobs``.""",
+    Chains run in parallel with joblib, and the fit's full-data passes (the prior's scales,
+    the MAP, its Hessian, the leverages, the KSD's scores) by blocks of rows on up to
+    ``n_jobs`` threads (at most the machine's cores). Draws do not depend on ``n_jobs``.""",
     "random_state": """\
 random_state : int, RandomState instance or None, default=None
     Seeds the chains (each gets a child of one ``numpy.random.SeedSequence``): the same

@@ -25,6 +25,7 @@ from ._inference_data import inference_data
 from .minibatch import BATCH_SCHEMES, GRADIENTS
 from .models._map import _map_estimate
 from .models.glm import resolve_alpha
+from .rows import block_threads, pass_threads
 from .samplers import get_sampler
 
 #: Rows per minibatch with ``batch_size="auto"`` (as MLPClassifier's ``min(200, N)``).
@@ -295,18 +296,21 @@ class BaseSGBayes(BaseEstimator):
         only this call's draws (they alone target the current posterior).
         ``sample_weight``: validated per-row likelihood weights (None: all ones).
         """
-        if self._auto_alpha:
-            # alpha="auto" scales the prior to the features; a continued fit keeps its prior.
-            continuing = streaming or (self.warm_start and hasattr(self, "samples_"))
-            previous = getattr(self, "alpha_", None) if continuing else None
-            self.alpha_ = resolve_alpha(self.alpha, previous, X, sample_weight, self.fit_intercept)
-        model = self._build_model(X, y)
-        if sample_weight is not None:
-            model.set_sample_weight(sample_weight)
-        remote = getattr(getattr(model, "rows", None), "remote", False)
-        sampler = self._resolve_sampler(model.n_samples, model.n_params, remote, streaming)
-        batch_size = self._batch_size(sampler, model.n_samples, model.n_params, remote)
-        return fit_model(self, sampler, X, y, model, batch_size, streaming)
+        # The full-data passes (prior scales, MAP, Hessian, leverages, the KSD's scores) share
+        # the cores n_jobs allows by blocks of rows, with the draws bit-identical for any n_jobs.
+        with block_threads(pass_threads(self.n_jobs)):
+            if self._auto_alpha:
+                # alpha="auto" scales the prior to the features; a continued fit keeps its prior.
+                continuing = streaming or (self.warm_start and hasattr(self, "samples_"))
+                previous = getattr(self, "alpha_", None) if continuing else None
+                self.alpha_ = resolve_alpha(self.alpha, previous, X, sample_weight, self.fit_intercept)
+            model = self._build_model(X, y)
+            if sample_weight is not None:
+                model.set_sample_weight(sample_weight)
+            remote = getattr(getattr(model, "rows", None), "remote", False)
+            sampler = self._resolve_sampler(model.n_samples, model.n_params, remote, streaming)
+            batch_size = self._batch_size(sampler, model.n_samples, model.n_params, remote)
+            return fit_model(self, sampler, X, y, model, batch_size, streaming)
 
     #: What ``sampler="auto"`` takes when the gradients are the full data (None: mCCAdL always).
     _auto_exact_sampler = "hmc"

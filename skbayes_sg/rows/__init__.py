@@ -16,7 +16,18 @@ from ._array import ArrayRows, MemmapRows
 from ._dask import DaskRows
 from ._narrow import ByteRows, narrow_copy
 from ._padded import EllRows, PaddedRows
-from ._source import Block, RowSource, aligned, aligned_state, memory_mapped, row_block, transpose
+from ._source import (
+    Block,
+    RowSource,
+    aligned,
+    aligned_state,
+    block_threads,
+    memory_mapped,
+    ordered_map,
+    pass_threads,
+    row_block,
+    transpose,
+)
 
 #: Elements of the per-row temporaries of one block of a full-data pass: blocks of 2**16
 #: rows (one output) take a few MiB whatever N, where a whole memmapped X took tens of bytes
@@ -71,6 +82,7 @@ __all__ = [
     "BLOCK_ELEMENTS",
     "ArrayRows",
     "Block",
+    "block_threads",
     "ByteRows",
     "DaskRows",
     "EllRows",
@@ -80,6 +92,8 @@ __all__ = [
     "as_row_source",
     "memory_mapped",
     "narrow_copy",
+    "ordered_map",
+    "pass_threads",
     "row_block",
     "transpose",
 ]

@@ -13,11 +13,90 @@ The targets, the per-row likelihood weights and the per-row offsets of the linea
 predictor travel with the rows: every block is a :class:`Block`.
 """
 
+import contextvars
 import mmap
+import os
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
+
+#: Threads that run a full-data pass's blocks (:func:`block_threads`); 1: the calling thread alone.
+_BLOCK_THREADS = contextvars.ContextVar("skbayes_sg_block_threads", default=1)
+_POOLS = {}
+_POOLS_LOCK = threading.Lock()
+
+
+@contextmanager
+def block_threads(n_threads):
+    """Within the block, full-data passes (:meth:`RowSource.reduce_blocks`, :meth:`RowSource.map_rows`)
+    compute up to ``n_threads`` blocks at once, on threads of this process.
+
+    NumPy and BLAS release the GIL in a block's products and element-wise work, so ``n_threads``
+    cores share a pass. The results are bit-identical to one thread's: every block is
+    computed alone, as before (on one BLAS thread where the caller limits BLAS so), and the
+    blocks' results are summed or placed in row order. Each block runs in a copy of the
+    caller's context (NumPy's ``errstate`` holds there).
+    """
+    token = _BLOCK_THREADS.set(max(1, int(n_threads)))
+    try:
+        yield
+    finally:
+        _BLOCK_THREADS.reset(token)
+
+
+def pass_threads(n_jobs):
+    """Threads of a fit's full-data passes for the estimator's ``n_jobs``: None (the default)
+    gives 1, otherwise joblib's count of workers, at most the machine's cores."""
+    if n_jobs is None:
+        return 1
+    from joblib import effective_n_jobs
+
+    return max(1, min(effective_n_jobs(n_jobs), os.cpu_count() or 1))
+
+
+def _pool(n_threads):
+    """One pool of ``n_threads`` threads per process and size, made at its first use."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(n_threads)
+        if pool is None:
+            pool = _POOLS[n_threads] = ThreadPoolExecutor(n_threads, thread_name_prefix="skbayes_sg-blocks")
+        return pool
+
+
+def ordered_map(f, items):
+    """``f(item)`` for each of ``items``, yielded in their order, computed on :func:`block_threads`
+    threads when more than one is allowed (in this thread otherwise).
+
+    At most ``2 n_threads`` items are in flight, so a pass over blocks of rows holds a few
+    blocks' temporaries, never N's. Each call runs in a copy of the caller's context (its
+    NumPy ``errstate``) in which passes are not threaded again: a pool thread never waits on
+    the pool.
+    """
+    n_threads = _BLOCK_THREADS.get()
+    if n_threads <= 1:
+        return (f(item) for item in items)
+    return _threaded(f, items, n_threads)
+
+
+def _threaded(f, items, n_threads):
+    pool, pending = _pool(n_threads), deque()
+    try:
+        for item in items:
+            context = contextvars.copy_context()
+            context.run(_BLOCK_THREADS.set, 1)
+            pending.append(pool.submit(context.run, f, item))
+            if len(pending) >= 2 * n_threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:  # an error or an abandoned pass: drop the calls not started
+            future.cancel()
 
 
 class Block(NamedTuple):
@@ -201,10 +280,17 @@ class RowSource:
         full-data pass allocates is bounded by a block, not N.
         """
         total = None
-        for _, block in self.blocks(rows_per_block):
-            part = f(block)
+        for _, part in self._block_results(f, rows_per_block):
             total = part if total is None else _add(total, part)
         return total
+
+    def _block_results(self, f, rows_per_block):
+        """``(rows, f(block))`` over the blocks in row order, on :func:`block_threads` threads."""
+        slices = self.block_slices(rows_per_block)
+        if len(slices) == 1:  # one block (small data): no thread to hand it to
+            return iter([(slices[0], f(self.block(slices[0])))])
+        parts = ordered_map(lambda rows: f(self.block(rows)), slices)
+        return zip(slices, parts)
 
     def map_rows(self, f, rows_per_block, width=None):
         """``f(block)`` of every block, concatenated in row order.
@@ -216,8 +302,7 @@ class RowSource:
         many = isinstance(width, tuple)
         widths = width if many else (width,)
         outs = tuple(np.empty((self.n_rows,) if w is None else (self.n_rows, w)) for w in widths)
-        for rows, block in self.blocks(rows_per_block):
-            parts = f(block)
+        for rows, parts in self._block_results(f, rows_per_block):
             for out, part in zip(outs, parts if many else (parts,)):
                 out[slice(None) if rows is None else rows] = part
         return outs if many else outs[0]

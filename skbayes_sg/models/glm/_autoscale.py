@@ -7,6 +7,8 @@ and so the predictions, do not depend on the units a feature is measured in."""
 import numpy as np
 import scipy.sparse as sp
 
+from ...rows import ordered_map
+
 #: ``alpha="auto"``: a coefficient's prior sd is this many units of the linear predictor (of
 #: ``y``'s sd for the linear regression) per standard deviation of its feature. 1 is the
 #: prior the library always had on standardised features (and the L2 penalty of
@@ -18,14 +20,15 @@ AUTO_PRIOR_SCALE = 1.0
 _BLOCK_ROWS = 4096
 
 
-def feature_scales(X, sample_weight=None, center=True):
+def feature_scales(X, sample_weight=None, center=True, size=None):
     """Per column of ``X`` its (weighted) standard deviation, or its root mean square when
     ``center`` is False (a model without intercept, centred at 0).
 
     Dense (also memory-mapped, read in row blocks) or sparse ``X``; ``sample_weight`` counts
     a row that many times (all ones give the unweighted result bit for bit). Each column is
     first divided by its largest ``|x|`` and shifted by the first row, so that features near
-    1e300 do not overflow the squares and large means do not cancel the variance.
+    1e300 do not overflow the squares and large means do not cancel the variance. ``size``:
+    those largest ``|x|`` when the caller knows them (dense ``X``; a pass saved).
     """
     if hasattr(X, "reduce_blocks"):
         return _row_source_scales(X, center)
@@ -43,17 +46,27 @@ def feature_scales(X, sample_weight=None, center=True):
         sq = np.asarray(Xs.multiply(Xs).T @ w).ravel() / total_w
         var = sq - mean * mean if center else sq
         return size * np.sqrt(np.maximum(var, 0.0))
-    size = np.zeros(D)
-    for start in range(0, n, _BLOCK_ROWS):
-        np.maximum(size, np.abs(np.asarray(X[start : start + _BLOCK_ROWS], dtype=float)).max(axis=0), out=size)
+    starts = range(0, n, _BLOCK_ROWS)
+    if size is None:
+        size = np.zeros(D)
+        for part in ordered_map(
+            lambda start: np.abs(np.asarray(X[start : start + _BLOCK_ROWS], dtype=float)).max(axis=0), starts
+        ):
+            np.maximum(size, part, out=size)
+    size = np.array(size, dtype=float)
     size[~(size > 0) | ~np.isfinite(size)] = 1.0
     shift = np.asarray(X[:1], dtype=float).ravel() / size if center else np.zeros(D)
-    s1, s2 = np.zeros(D), np.zeros(D)
-    for start in range(0, n, _BLOCK_ROWS):
+
+    def moments(start):
         block = np.asarray(X[start : start + _BLOCK_ROWS], dtype=float) / size - shift
         wb = w[start : start + _BLOCK_ROWS]
-        s1 += wb @ block
-        s2 += wb @ (block * block)
+        return wb @ block, wb @ (block * block)
+
+    # The blocks' sums added in row order, as one thread adds them (on block_threads threads).
+    s1, s2 = np.zeros(D), np.zeros(D)
+    for m1, m2 in ordered_map(moments, starts):
+        s1 += m1
+        s2 += m2
     mean = s1 / total_w
     var = s2 / total_w - mean * mean if center else s2 / total_w
     return size * np.sqrt(np.maximum(var, 0.0))
@@ -140,10 +153,14 @@ def feature_extremes(X, sample_weight=None):
     if sp.issparse(X):
         return FeatureExtremes.of(X, sample_weight)
     n, D = X.shape
-    total = FeatureExtremes.empty(D)
-    for start in range(0, n, _BLOCK_ROWS):
+
+    def of(start):
         w = None if sample_weight is None else sample_weight[start : start + _BLOCK_ROWS]
-        total = total + FeatureExtremes.of(X[start : start + _BLOCK_ROWS], w)
+        return FeatureExtremes.of(X[start : start + _BLOCK_ROWS], w)
+
+    total = FeatureExtremes.empty(D)
+    for part in ordered_map(of, range(0, n, _BLOCK_ROWS)):
+        total = total + part
     return total
 
 
@@ -199,8 +216,14 @@ def auto_alpha(X, sample_weight=None, center=True):
     else:
         extremes = feature_extremes(X, sample_weight)
         # Binary and constant columns need no pass for their standard deviations (one-hot data
-        # such as a9a: none at all).
-        scale = feature_scales(X, sample_weight, center) if extremes.between.any() else np.zeros(extremes.lo.size)
+        # such as a9a: none at all). Without weights every row counts in the extremes, whose
+        # largest |x| are then the scales' (dense X: that pass saved).
+        size = np.fmax(np.abs(extremes.lo), np.abs(extremes.hi)) if sample_weight is None else None
+        scale = (
+            feature_scales(X, sample_weight, center, None if sp.issparse(X) else size)
+            if extremes.between.any()
+            else np.zeros(extremes.lo.size)
+        )
     binary, constant = extremes.binary(), extremes.hi == extremes.lo
     scale[binary] = extremes.range()[binary]
     scale[constant] = np.abs(extremes.lo[constant])
