@@ -46,7 +46,7 @@ from threadpoolctl import threadpool_limits
 
 from ..rows import as_row_source
 from ._base import Model, RowData, largest_abs
-from ._gradients import PerExampleGradients
+from ._gradients import PerExampleGradients, row_sq_norms
 from .glm import class_codes
 
 # Elements of one (rows, H, C) block of temporaries: ~0.5 MB, small enough for L2 cache.
@@ -260,6 +260,21 @@ class DRBMPerExampleGradients(PerExampleGradients):
         self._A_sum = None
         self._mean = None
         return self
+
+    def total_sum_of_squares(self):
+        """``sum_i ||g_i||^2`` (a scalar), the trace of ``G'G`` that mCCAdL's C step needs.
+
+        ``||g_i||^2 = ||a_i||^2 ||x_i||^2 + ||A_i||^2 (+ ||a_i||^2 + ||r_i||^2)``: O(n (H C + D)),
+        without the per-coordinate vector of :meth:`sum_of_squares` (whose W-part is an
+        (H, n) x (n, D) product). ``A`` is read in whichever layout it is held (the kernel's
+        is not transposed for this), its squares in the stored precision, summed in double.
+        """
+        a2 = np.einsum("nh,nh->n", self.a, self.a)
+        A = self._A if self._A is not None else self._A_kernel
+        total = float(a2 @ row_sq_norms(self.X)) + float(np.square(A).sum(dtype=np.float64))
+        if self.fit_intercept:
+            total += float(a2.sum()) + float(np.einsum("ny,ny->", self.r, self.r))
+        return total
 
     def sum_of_squares(self):
         """Per-coordinate ``sum_i g_i**2``, shape (P,): ``(a^2)' (X^2)``, ``sum_i A_i^2``, ..."""
