@@ -261,6 +261,25 @@ class DRBMPerExampleGradients(PerExampleGradients):
         self._mean = None
         return self
 
+    def gram(self):
+        """``G G'``, shape (n, n): the per-example gradients' inner products, never ``G`` itself.
+
+        ``g_i . g_k = (a_i . a_k)(x_i . x_k (+ 1)) + A_i : A_k (+ r_i . r_k)``, O(n^2 (H C + D)),
+        with ``A`` in whichever layout it is held (the Frobenius products do not depend on
+        it) in the stored precision. mCCAdL's C step works in these ``n`` dimensions when
+        ``n`` is below ``P`` (:mod:`skbayes_sg.samplers._row_space`).
+        """
+        A = self._A if self._A is not None else self._A_kernel
+        A2 = A.reshape(self.n_batch, -1)
+        out = np.asarray(A2 @ A2.T, dtype=np.float64)
+        XX = self.X @ self.X.T
+        XX = XX.toarray() if sp.issparse(XX) else np.asarray(XX, dtype=np.float64)
+        if self.fit_intercept:
+            XX += 1.0
+            out += self.r @ self.r.T
+        out += (self.a @ self.a.T) * XX
+        return out
+
     def total_sum_of_squares(self):
         """``sum_i ||g_i||^2`` (a scalar), the trace of ``G'G`` that mCCAdL's C step needs.
 

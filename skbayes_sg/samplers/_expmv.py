@@ -42,6 +42,8 @@ import numpy as np
 from scipy.linalg import get_lapack_funcs
 from scipy.special import gammaln
 
+from ._row_space import row_space_applies, row_space_c_step
+
 # LAPACK's divide-and-conquer tridiagonal eigensolver, the driver scipy's
 # ``eigh_tridiagonal`` picks by default, called directly: the Lanczos iteration solves one
 # small tridiagonal problem per product, and the wrapper's validation cost five times the
@@ -590,7 +592,10 @@ def c_step(
         ``"taylor"``: the paper's scheme above. ``"lanczos"``: :func:`lanczos_expmv`.
         ``"auto"``: Taylor while it needs at most :data:`LANCZOS_FROM` products (it is exact
         to the requested backward error and cheapest for small ``||t Sigma~||``), Lanczos
-        beyond, where its ``O(sqrt(||t Sigma~||))`` products win.
+        beyond, where its ``O(sqrt(||t Sigma~||))`` products win; and when the minibatch has
+        fewer rows than parameters and its operator forms their Gram matrix (the DRBM's), the
+        same exponential in the rows' ``n`` dimensions (:mod:`._row_space`): one product with
+        ``Sigma``'s rows and ``n x n`` products, to the same backward error.
 
     Returns
     -------
@@ -617,6 +622,9 @@ def c_step(
         return p.copy(), 0
     if cov.is_compact and method == "auto":
         return cov.expm(t, tol) @ p, 1
+    if method == "auto" and row_space_applies(cov, p):
+        # Fewer rows than parameters (the DRBM): the same exponential in n dimensions.
+        return row_space_c_step(cov, t, p, tol, select_degree), 1
     lam_bar = tr / P
     norm = max(tr - lam_bar, lam_bar)
     n_est = 0
