@@ -613,6 +613,10 @@ def c_step(
         )
     else:
         cov = NoiseCovariance(grads, noise_scale, -scale)
+    if method == "auto" and not cov.is_compact and row_space_applies(cov, p):
+        # Fewer rows than parameters (the DRBM): the same exponential in n dimensions, which
+        # needs no trace (and returns NaN for a diverged chain as the check below does).
+        return row_space_c_step(cov, t, p, tol, select_degree), 1
     tr = -cov.trace()  # tr(scale * Sigma) >= 0
     if not math.isfinite(tr):
         # The gradients are no longer finite: the chain has diverged, and its finiteness
@@ -622,9 +626,6 @@ def c_step(
         return p.copy(), 0
     if cov.is_compact and method == "auto":
         return cov.expm(t, tol) @ p, 1
-    if method == "auto" and row_space_applies(cov, p):
-        # Fewer rows than parameters (the DRBM): the same exponential in n dimensions.
-        return row_space_c_step(cov, t, p, tol, select_degree), 1
     lam_bar = tr / P
     norm = max(tr - lam_bar, lam_bar)
     n_est = 0
