@@ -272,12 +272,16 @@ class DRBMPerExampleGradients(PerExampleGradients):
         A = self._A if self._A is not None else self._A_kernel
         A2 = A.reshape(self.n_batch, -1)
         out = np.asarray(A2 @ A2.T, dtype=np.float64)
-        XX = self.X @ self.X.T
-        XX = XX.toarray() if sp.issparse(XX) else np.asarray(XX, dtype=np.float64)
+        # The W-part from the stored-precision copies of X and a, as the products use them.
+        X, a = self._X_op, self._a_op
+        XX = X @ X.T
+        XX = XX.toarray() if sp.issparse(XX) else XX
+        aa = a @ a.T
         if self.fit_intercept:
-            XX += 1.0
+            out += aa
             out += self.r @ self.r.T
-        out += (self.a @ self.a.T) * XX
+        aa *= XX
+        out += aa
         return out
 
     def total_sum_of_squares(self):
