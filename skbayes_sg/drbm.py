@@ -27,7 +27,9 @@ CURVATURE_LBFGS_ITER = 30
 #: (1,257 x 64, 10 classes) stays well under a minute of wall time even when it reaches it
 #: (the whole fit, 7,980 iterations of the four chains, took 25 s of wall time, 34 CPU-seconds
 #: over all its processes, on a quiet 2-core AMD EPYC virtual machine, so about 32 s at the
-#: ceiling; ``benchmarks/drbm_vs_mlp.py``, ``benchmarks/results/drbm_vs_mlp.jsonl``).
+#: ceiling; ``benchmarks/drbm_vs_mlp.py``, ``benchmarks/results/drbm_vs_mlp.jsonl``; measured
+#: before mCCAdL's C step ran in the minibatch's row space, which cut the CPU time per
+#: iteration: to be re-measured).
 AUTO_MAX_ITER = 10000
 #: Multiplier of the sampler's constant ``c`` in the curvature part of ``step_size="auto"``
 #: (``h = c / sqrt(lambda_max)``; mCCAdL's ``c`` is 0.2, so ``h = 0.6 / sqrt(lambda_max)``,

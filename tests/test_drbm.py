@@ -108,6 +108,14 @@ def test_structured_products_equal_the_dense_ones(fit_intercept, dtype, rtol):
     close(grads.matvec(v), G @ v)
     close(grads.rmatvec(u), G.T @ u)
     close(grads.sum_of_squares(), (G * G).sum(axis=0))
+    # The trace of G'G from either layout of A (this operator's was transposed above; a fresh
+    # one-block operator still holds the kernel's).
+    close(grads.total_sum_of_squares(), (G * G).sum())
+    fresh = model.per_example_gradients(theta, idx)
+    assert fresh._A is None
+    close(fresh.total_sum_of_squares(), (G * G).sum())
+    close(fresh.gram(), G @ G.T)  # the row space's inner products, from the kernel's layout
+    close(grads.gram(), G @ G.T)
     V = np.cov(G, rowvar=False)
     close(grads.covariance_diag(), np.diag(V), max(rtol, 1e-9))
     close(grads.to_dense(), G)

@@ -55,6 +55,8 @@ def test_sparse_operator_equals_dense_operator_and_explicit_matrix(fit_intercept
         "matvec": (lambda o: o.matvec(v), G @ v, rtol),
         "rmatvec": (lambda o: o.rmatvec(u), G.T @ u, rtol),
         "sum_of_squares": (lambda o: o.sum_of_squares(), (G * G).sum(axis=0), rtol),
+        "total_sum_of_squares": (lambda o: np.array([o.total_sum_of_squares()]), np.array([(G * G).sum()]), rtol),
+        "gram": (lambda o: o.gram(), G @ G.T, rtol),
         "covariance_diag": (lambda o: o.covariance_diag(), np.diag(V), max(rtol, 1e-9)),
         "to_dense": (lambda o: o.to_dense(), G, rtol),
     }

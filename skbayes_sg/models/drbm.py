@@ -46,7 +46,7 @@ from threadpoolctl import threadpool_limits
 
 from ..rows import as_row_source
 from ._base import Model, RowData, largest_abs
-from ._gradients import PerExampleGradients
+from ._gradients import PerExampleGradients, row_sq_norms
 from .glm import class_codes
 
 # Elements of one (rows, H, C) block of temporaries: ~0.5 MB, small enough for L2 cache.
@@ -260,6 +260,44 @@ class DRBMPerExampleGradients(PerExampleGradients):
         self._A_sum = None
         self._mean = None
         return self
+
+    def gram(self):
+        """``G G'``, shape (n, n): the per-example gradients' inner products, never ``G`` itself.
+
+        ``g_i . g_k = (a_i . a_k)(x_i . x_k (+ 1)) + A_i : A_k (+ r_i . r_k)``, O(n^2 (H C + D)),
+        with ``A`` in whichever layout it is held (the Frobenius products do not depend on
+        it) in the stored precision. mCCAdL's C step works in these ``n`` dimensions when
+        ``n`` is below ``P`` (:mod:`skbayes_sg.samplers._row_space`).
+        """
+        A = self._A if self._A is not None else self._A_kernel
+        A2 = A.reshape(self.n_batch, -1)
+        out = np.asarray(A2 @ A2.T, dtype=np.float64)
+        # The W-part from the stored-precision copies of X and a, as the products use them.
+        X, a = self._X_op, self._a_op
+        XX = X @ X.T
+        XX = XX.toarray() if sp.issparse(XX) else XX
+        aa = a @ a.T
+        if self.fit_intercept:
+            out += aa
+            out += self.r @ self.r.T
+        aa *= XX
+        out += aa
+        return out
+
+    def total_sum_of_squares(self):
+        """``sum_i ||g_i||^2`` (a scalar), the trace of ``G'G`` that mCCAdL's C step needs.
+
+        ``||g_i||^2 = ||a_i||^2 ||x_i||^2 + ||A_i||^2 (+ ||a_i||^2 + ||r_i||^2)``: O(n (H C + D)),
+        without the per-coordinate vector of :meth:`sum_of_squares` (whose W-part is an
+        (H, n) x (n, D) product). ``A`` is read in whichever layout it is held (the kernel's
+        is not transposed for this), its squares in the stored precision, summed in double.
+        """
+        a2 = np.einsum("nh,nh->n", self.a, self.a)
+        A = self._A if self._A is not None else self._A_kernel
+        total = float(a2 @ row_sq_norms(self.X)) + float(np.square(A).sum(dtype=np.float64))
+        if self.fit_intercept:
+            total += float(a2.sum()) + float(np.einsum("ny,ny->", self.r, self.r))
+        return total
 
     def sum_of_squares(self):
         """Per-coordinate ``sum_i g_i**2``, shape (P,): ``(a^2)' (X^2)``, ``sum_i A_i^2``, ..."""

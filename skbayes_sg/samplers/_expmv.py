@@ -42,6 +42,8 @@ import numpy as np
 from scipy.linalg import get_lapack_funcs
 from scipy.special import gammaln
 
+from ._row_space import row_space_applies, row_space_c_step
+
 # LAPACK's divide-and-conquer tridiagonal eigensolver, the driver scipy's
 # ``eigh_tridiagonal`` picks by default, called directly: the Lanczos iteration solves one
 # small tridiagonal problem per product, and the wrapper's validation cost five times the
@@ -590,7 +592,10 @@ def c_step(
         ``"taylor"``: the paper's scheme above. ``"lanczos"``: :func:`lanczos_expmv`.
         ``"auto"``: Taylor while it needs at most :data:`LANCZOS_FROM` products (it is exact
         to the requested backward error and cheapest for small ``||t Sigma~||``), Lanczos
-        beyond, where its ``O(sqrt(||t Sigma~||))`` products win.
+        beyond, where its ``O(sqrt(||t Sigma~||))`` products win; and when the minibatch has
+        fewer rows than parameters and its operator forms their Gram matrix (the DRBM's), the
+        same exponential in the rows' ``n`` dimensions (:mod:`._row_space`): one product with
+        ``Sigma``'s rows and ``n x n`` products, to the same backward error.
 
     Returns
     -------
@@ -608,6 +613,10 @@ def c_step(
         )
     else:
         cov = NoiseCovariance(grads, noise_scale, -scale)
+    if method == "auto" and not cov.is_compact and row_space_applies(cov, p):
+        # Fewer rows than parameters (the DRBM): the same exponential in n dimensions, which
+        # needs no trace (and returns NaN for a diverged chain as the check below does).
+        return row_space_c_step(cov, t, p, tol, select_degree), 1
     tr = -cov.trace()  # tr(scale * Sigma) >= 0
     if not math.isfinite(tr):
         # The gradients are no longer finite: the chain has diverged, and its finiteness

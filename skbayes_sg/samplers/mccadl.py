@@ -89,8 +89,10 @@ class MCCAdL(ThermostatSampler):
         scaled Taylor series (section 2.2), whose cost grows like ``||h Sigma~||``.
         ``"lanczos"``: a Krylov approximation (:func:`._expmv.lanczos_expmv`) whose cost
         grows like ``sqrt(||h Sigma~||)``. ``"auto"`` keeps the Taylor series while it needs
-        at most 12 products and switches to Lanczos beyond: on the DRBM at the papers' step
-        sizes that is 12-20 products per iteration instead of 60-100.
+        at most 12 products and switches to Lanczos beyond; with fewer minibatch rows than
+        parameters and an operator that forms their Gram matrix (the DRBM's), it computes the
+        same exponential in the rows' ``n`` dimensions instead (one product with the rows,
+        then ``n x n`` products; ``samplers/_row_space.py``).
     preconditioner : {"auto", "dense", "diag", "none"}, default="auto"
         Coordinates the scheme runs in. ``"dense"``: ``theta = theta_hat + L z`` with
         ``L L'`` the inverse Hessian of the negative log posterior at the MAP
