@@ -29,6 +29,7 @@ from .glm.logistic import LogisticFamily
 MAX_BYTES = 2**27
 
 _CACHE = weakref.WeakKeyDictionary()
+_NO_EXTRA = np.empty(0)
 
 
 class FusedForce:
@@ -54,20 +55,28 @@ class FusedForce:
         self.eta0, self.y, self.w, self.family, self.Q, self.b, self.N = eta0, y, w, family, Q, b, N
         self._buf = None
 
-    def __call__(self, Z, out, eta_known=None):
-        """The forces at the rows of ``Z`` (C, P), written into ``out`` (C, P); ``eta_known``: the
-        rows' linear predictors when already computed (:meth:`log_posterior_and_force`)."""
+    def _linear_predictors(self, Z):
+        """The work buffer (C, N + P) and its first ``N`` columns filled with the linear
+        predictors ``eta`` of the rows of ``Z`` (C, P)."""
         C, N = Z.shape[0], self.N
         buf = self._buf
         if buf is None or buf.shape[0] != C:
             buf = self._buf = np.empty((C, self.AQ.shape[0]))
         eta = buf[:, :N]
-        if eta_known is None:
-            # Stacked (C, 1, P) @ (P, N): numpy calls the same BLAS product row by row.
-            np.matmul(Z[:, None, :], self.At, out=eta[:, None, :])
-            eta += self.eta0
-        else:
-            eta[...] = eta_known
+        # Stacked (C, 1, P) @ (P, N): numpy calls the same BLAS product row by row.
+        np.matmul(Z[:, None, :], self.At, out=eta[:, None, :])
+        eta += self.eta0
+        return buf, eta
+
+    def __call__(self, Z, out):
+        """The forces at the rows of ``Z`` (C, P), written into ``out`` (C, P)."""
+        buf, eta = self._linear_predictors(Z)
+        return self._force(Z, out, buf, eta)
+
+    def _force(self, Z, out, buf, eta):
+        """The forces from the linear predictors ``eta`` (the first ``N`` columns of ``buf``,
+        overwritten by the residuals)."""
+        N = self.N
         # Elementwise over the stack: each chain's residuals are its own.
         if type(self.family) is LogisticFamily:
             # Its gradient_terms' y - expit(eta), in place: the same operations, no temporaries.
@@ -85,32 +94,25 @@ class FusedForce:
         out += self.b
         return out
 
-    def log_posterior_and_force(self, Z, out, rows=None):
+    def log_posterior_and_force(self, Z, out):
         """The forces at the rows of ``Z`` (C, P) into ``out``, and each row's log posterior, shape (C,).
 
         Both from one pass over the rows: the log likelihood from the linear predictors the
         force computes anyway, the Gaussian prior's ``-z' Q z / 2 + b' z`` from ``Z`` alone
         (the log posterior is up to a constant: the prior's ``-m' Lambda m / 2`` is dropped).
-        ``rows``: a boolean mask of the rows whose log posterior is wanted (the others' are NaN).
         For the exact samplers' accept test (:class:`~skbayes_sg.samplers.HMC`). Row by row,
         as the force, so that a chain's value does not depend on the stack's height.
         """
-        C, N = Z.shape[0], self.N
-        eta = np.empty((C, N))
-        for c in range(C):
-            np.matmul(Z[c], self.At, out=eta[c])
-        eta += self.eta0
-        idx = np.arange(C) if rows is None else np.flatnonzero(rows)
+        buf, eta = self._linear_predictors(Z)
         # No extra parameters (fused_force refuses them): one empty vector serves every row.
-        terms = self.family.log_likelihood(eta[idx, :, None], self.y, np.empty(0))
+        terms = self.family.log_likelihood(eta[..., None], self.y, _NO_EXTRA)
         if self.w is not None:
             terms = terms * self.w
-        log_p = np.full(C, np.nan)
-        for k, c in enumerate(idx):
-            z = Z[c]
+        log_p = np.empty(Z.shape[0])
+        for c, z in enumerate(Z):
             Qz = self.Q @ z if self.Q.ndim == 2 else self.Q * z
-            log_p[c] = float(terms[k].sum()) - 0.5 * float(z @ Qz) + float(self.b @ z)
-        self(Z, out, eta)
+            log_p[c] = float(terms[c].sum()) - 0.5 * float(z @ Qz) + float(self.b @ z)
+        self._force(Z, out, buf, eta)
         return log_p
 
 

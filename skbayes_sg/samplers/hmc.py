@@ -240,23 +240,24 @@ class HMC(BaseSampler):
                     chains.eps[c] = _frozen_step(chains.n_adapt[c], chains.log_eps_bar[c], chains.eps[c])
                     s.freeze_pending = False
         theta, log_p, grad, eps = chains.theta, chains.log_p, chains.grad, chains.eps
-        C = theta.shape[0]
         r = chains.normals(rngs, chains.noise)
         log_u = np.array([math.log1p(-rng.random()) for rng in rngs])
         n_leap = self._n_leapfrog(eps, int(chains.n_steps[0]))
         H0 = 0.5 * row_dots(r) - log_p
         q, p, g = theta.copy(), r.copy(), grad.copy()
-        lp = np.empty(C)
-        for j in range(int(n_leap.max())):
-            e = np.where(j < n_leap, eps, 0.0)[:, None]  # a chain whose trajectory ended stays put
-            p += 0.5 * e * g
+        n_max = int(n_leap.max())
+        # Each leapfrog step's epsilon per chain: 0 once a chain's trajectory has ended, so
+        # that it stays put while the longest one finishes.
+        e_all = np.where(np.arange(n_max)[:, None] < n_leap, eps, 0.0)[:, :, None]
+        half_all = 0.5 * e_all
+        for j in range(n_max):
+            e, half = e_all[j], half_all[j]
+            p += half * g
             q += e * p
-            ending = n_leap == j + 1
-            if ending.any():
-                lp[ending] = _evaluate(grads, q, g, ending)[ending]
-            else:
-                _evaluate(grads, q, g, None)
-            p += 0.5 * e * g
+            # The last step's end point is every chain's (an ended chain stayed put there):
+            # its log posterior comes from the pass that computes its force.
+            lp = _evaluate(grads, q, g, j + 1 == n_max)
+            p += half * g
         # The proposal (q, -p): the negation leaves the kinetic energy as it is.
         H1 = 0.5 * row_dots(p) - lp
         return self._accept(chains, q, g, lp, H0, H1, log_u, n_leap)
@@ -313,19 +314,19 @@ class _OneChain:
         self.estimators, self.model, self.full = [estimator], estimator.model, estimator.full
 
 
-def _evaluate(grads, Z, out, rows):
-    """The full-data forces at the rows of ``Z`` into ``out`` and, for the chains of the boolean
-    mask ``rows`` (None: none), the log posteriors (C,): fused over the chains for a one-output GLM in memory
-    (:func:`~skbayes_sg.models._fused.fused_force`), else each chain's own estimator."""
+def _evaluate(grads, Z, out, log_p):
+    """The full-data forces at the rows of ``Z`` into ``out`` and, when ``log_p``, the log
+    posteriors (C,) (else None where that costs extra): fused over the chains for a one-output
+    GLM in memory (:func:`~skbayes_sg.models._fused.fused_force`), else each chain's own estimator."""
     fused = fused_force(grads.model) if grads.full else None
     if fused is not None:
         for e in grads.estimators:
             e.n_grad_evals += e.n_samples
-        if rows is not None:
-            return fused.log_posterior_and_force(Z, out, rows)
+        if log_p:
+            return fused.log_posterior_and_force(Z, out)
         fused(Z, out)
         return None
-    log_p = np.empty(Z.shape[0])
+    values = np.empty(Z.shape[0])
     for c, e in enumerate(grads.estimators):
-        log_p[c], out[c] = e.log_posterior_and_grad(Z[c])
-    return log_p
+        values[c], out[c] = e.log_posterior_and_grad(Z[c])
+    return values
