@@ -43,6 +43,8 @@ def test_fused_log_posterior_is_the_models(cancer):
             np.testing.assert_allclose(lp - lp[0], [v - ref[0][0] for v, _ in ref], rtol=1e-9, atol=1e-8)
             # Row by row: a chain's value does not depend on the others in its stack.
             assert fused.log_posterior_and_force(Z[1:2], out[1:2])[0] == lp[1]
+            # The trajectories' force (another form of the logistic residual) is the same force.
+            np.testing.assert_allclose(fused.leapfrog_force(Z, np.empty_like(Z)), out, rtol=1e-12, atol=1e-12)
 
 
 def test_exact_on_a_gaussian_posterior():

@@ -53,7 +53,8 @@ class FusedForce:
         # A dense Q rides in the second product: [r, z] @ [A; -Q], one product per chain.
         self.AQ = np.vstack([A, -Q]) if Q.ndim == 2 else A
         self.eta0, self.y, self.w, self.family, self.Q, self.b, self.N = eta0, y, w, family, Q, b, N
-        self._buf = None
+        self._logistic = type(family) is LogisticFamily
+        self._buf = self._work = None
 
     def _linear_predictors(self, Z):
         """The work buffer (C, N + P) and its first ``N`` columns filled with the linear
@@ -71,19 +72,44 @@ class FusedForce:
     def __call__(self, Z, out):
         """The forces at the rows of ``Z`` (C, P), written into ``out`` (C, P)."""
         buf, eta = self._linear_predictors(Z)
-        return self._force(Z, out, buf, eta)
-
-    def _force(self, Z, out, buf, eta):
-        """The forces from the linear predictors ``eta`` (the first ``N`` columns of ``buf``,
-        overwritten by the residuals)."""
-        N = self.N
-        # Elementwise over the stack: each chain's residuals are its own.
-        if type(self.family) is LogisticFamily:
-            # Its gradient_terms' y - expit(eta), in place: the same operations, no temporaries.
+        # The SG samplers' full-data path: the logistic residual through scipy's expit, as the
+        # family's gradient_terms computes it (their draws stay as they were).
+        if self._logistic:
             expit(eta, out=eta)
             np.subtract(self.y, eta, out=eta)
         else:
-            eta[...] = self.family.gradient_terms(eta[..., None], self.y, Z[:, Z.shape[1] :])[0][..., 0]
+            self._residuals(Z, eta)
+        return self._products(Z, out, buf)
+
+    def leapfrog_force(self, Z, out):
+        """:meth:`__call__` for the exact sampler's trajectories: the logistic residual as
+        ``y - 1 / (1 + e^-eta)`` in place, twice as fast as ``expit`` (which the elementwise
+        work dominates at small ``N``), to the same accuracy but not the same rounding."""
+        buf, eta = self._linear_predictors(Z)
+        if self._logistic:
+            self._logistic_residuals(eta)
+        else:
+            self._residuals(Z, eta)
+        return self._products(Z, out, buf)
+
+    def _logistic_residuals(self, eta):
+        """``y - 1 / (1 + e^-eta)`` in place of ``eta``: the trajectories' one form of the
+        residual (:meth:`log_posterior_and_force` too: a chain's force at a point must not
+        depend on which of the two computed it)."""
+        np.negative(eta, out=eta)
+        np.exp(eta, out=eta)  # e^-eta overflows to inf for eta < -709: the residual y - 0
+        eta += 1.0
+        np.divide(1.0, eta, out=eta)
+        np.subtract(self.y, eta, out=eta)
+
+    def _residuals(self, Z, eta):
+        """The family's residuals of the linear predictors ``eta``, in place."""
+        eta[...] = self.family.gradient_terms(eta[..., None], self.y, Z[:, Z.shape[1] :])[0][..., 0]
+
+    def _products(self, Z, out, buf):
+        """The forces from the residuals in the first ``N`` columns of ``buf``."""
+        N = self.N
+        eta = buf[:, :N]
         if self.w is not None:
             eta *= self.w
         if self.Q.ndim == 2:
@@ -100,20 +126,44 @@ class FusedForce:
         Both from one pass over the rows: the log likelihood from the linear predictors the
         force computes anyway, the Gaussian prior's ``-z' Q z / 2 + b' z`` from ``Z`` alone
         (the log posterior is up to a constant: the prior's ``-m' Lambda m / 2`` is dropped).
-        For the exact samplers' accept test (:class:`~skbayes_sg.samplers.HMC`). Row by row,
-        as the force, so that a chain's value does not depend on the stack's height.
+        For the exact samplers' accept test (:class:`~skbayes_sg.samplers.HMC`), with
+        :meth:`leapfrog_force`'s accuracy. Row by row, as the force, so that a chain's value
+        does not depend on the stack's height.
         """
         buf, eta = self._linear_predictors(Z)
-        # No extra parameters (fused_force refuses them): one empty vector serves every row.
-        terms = self.family.log_likelihood(eta[..., None], self.y, _NO_EXTRA)
+        if self._logistic:
+            terms = self._logistic_terms(eta)
+        else:
+            # No extra parameters (fused_force refuses them): one empty vector serves every row.
+            terms = self.family.log_likelihood(eta[..., None], self.y, _NO_EXTRA)
+            self._residuals(Z, eta)
         if self.w is not None:
             terms = terms * self.w
         log_p = np.empty(Z.shape[0])
         for c, z in enumerate(Z):
             Qz = self.Q @ z if self.Q.ndim == 2 else self.Q * z
             log_p[c] = float(terms[c].sum()) - 0.5 * float(z @ Qz) + float(self.b @ z)
-        self._force(Z, out, buf, eta)
+        self._products(Z, out, buf)
         return log_p
+
+    def _logistic_terms(self, eta):
+        """The logistic log likelihood's terms ``y eta - log(1 + e^eta)`` (C, N), with the
+        stable ``log(1 + e^eta) = max(eta, 0) + log1p(e^-|eta|)``, and the residuals in place
+        of ``eta`` (:meth:`_logistic_residuals`)."""
+        C, N = eta.shape
+        work = self._work
+        if work is None or work.shape[1] != C:
+            work = self._work = np.empty((2, C, N))
+        e, terms = work
+        np.abs(eta, out=e)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        np.log1p(e, out=e)
+        np.multiply(self.y, eta, out=terms)
+        terms -= e
+        terms -= np.maximum(eta, 0.0, out=e)
+        self._logistic_residuals(eta)
+        return terms
 
 
 def fused_force(model):

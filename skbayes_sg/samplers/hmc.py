@@ -186,7 +186,11 @@ class HMC(BaseSampler):
     def init_state(self, theta0, grad_estimator, rng, context=None):
         theta = np.array(theta0, dtype=float)
         h = self.step_size_for(context, theta)
-        log_p, grad = grad_estimator.log_posterior_and_grad(theta)
+        # As the trajectories compute it (the fused log posterior drops a constant of the
+        # model's): the first accept test compares two values of one function.
+        grad = np.empty((1, theta.size))
+        log_p = _evaluate(_OneChain(grad_estimator), theta[None], grad, True)[0]
+        grad = grad[0]
         adapting = isinstance(self.step_size, str)
         return HMCState(
             theta=theta,
@@ -324,7 +328,7 @@ def _evaluate(grads, Z, out, log_p):
             e.n_grad_evals += e.n_samples
         if log_p:
             return fused.log_posterior_and_force(Z, out)
-        fused(Z, out)
+        fused.leapfrog_force(Z, out)
         return None
     values = np.empty(Z.shape[0])
     for c, e in enumerate(grads.estimators):
