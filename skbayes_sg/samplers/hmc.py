@@ -145,7 +145,20 @@ class HMC(BaseSampler):
     requires_full_data = True
     info_type = HMCInfo
     state_type = HMCState
-    _batch_fields = ("theta", "log_p", "grad", "eps", "log_eps_bar", "h_bar", "mu", "n_adapt", "n_steps")
+    _batch_fields = (
+        "theta",
+        "log_p",
+        "grad",
+        "eps",
+        "log_eps_bar",
+        "h_bar",
+        "mu",
+        "n_adapt",
+        "n_steps",
+        "n_accepted",
+        "n_divergent",
+        "n_leapfrog",
+    )
     #: The first block of ``n_iter="auto"``: HMC's draws are nearly independent, so the
     #: estimators' default of 1,000 iterations would overshoot the ESS target several times.
     _first_block = 500
@@ -270,29 +283,31 @@ class HMC(BaseSampler):
         """Leapfrog steps of iteration ``t`` for each chain's step ``eps`` (C,)."""
         u = math.fmod((t + 1) * _PHI, 1.0)
         length = self._length() * (1.0 + self.jitter * (2.0 * u - 1.0))
-        return np.array([min(MAX_LEAPFROG, max(1, math.ceil(length / float(e)))) for e in eps])
+        return np.clip(np.ceil(length / eps), 1, MAX_LEAPFROG).astype(np.intp)
 
     def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap):
-        C = q.shape[0]
-        info = np.empty((C, len(HMCInfo._fields)))
-        for c, state in enumerate(chains.states):
-            dH = float(H1[c] - H0[c])
-            diverging = not math.isfinite(dH) or dH > DIVERGENCE_ENERGY
-            log_ratio = -math.inf if diverging else -dH
-            accept_prob = math.exp(min(0.0, log_ratio))
-            accepted = log_u[c] < log_ratio
-            if accepted:
-                chains.theta[c], chains.grad[c], chains.log_p[c] = q[c], g[c], lp[c]
-            adapting = chains.adapting
-            if adapting:
-                self._dual_average(chains, c, accept_prob)
-            else:
-                state.n_accepted += int(accepted)
-                state.n_divergent += int(diverging)
-            state.n_leapfrog += int(n_leap[c])
-            chains.n_steps[c] += 1
-            info[c] = (accept_prob, float(accepted), float(n_leap[c]), float(diverging))
-        return info
+        dH = H1 - H0
+        with np.errstate(invalid="ignore"):
+            diverging = ~np.isfinite(dH) | (dH > DIVERGENCE_ENERGY)
+        log_ratio = np.where(diverging, -np.inf, -dH)
+        # math.exp per chain: the scalar formula a chain alone uses (numpy's may round otherwise).
+        accept_prob = np.array([math.exp(min(0.0, v)) for v in log_ratio.tolist()])
+        accepted = log_u < log_ratio
+        if accepted.any():
+            chains.theta[accepted], chains.grad[accepted], chains.log_p[accepted] = (
+                q[accepted],
+                g[accepted],
+                lp[accepted],
+            )
+        if chains.adapting:
+            for c in range(len(accept_prob)):
+                self._dual_average(chains, c, float(accept_prob[c]))
+        else:
+            chains.n_accepted += accepted
+            chains.n_divergent += diverging
+        chains.n_leapfrog += n_leap
+        chains.n_steps += 1.0
+        return np.column_stack([accept_prob, accepted, n_leap, diverging]).astype(float)
 
     def _dual_average(self, chains, c, accept_prob):
         """One step of dual averaging on chain ``c``'s log step (Hoffman & Gelman 2014, eqs. 5-6)."""
