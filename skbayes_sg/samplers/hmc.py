@@ -267,13 +267,14 @@ class HMC(BaseSampler):
         # that it stays put while the longest one finishes.
         e_all = np.where(np.arange(n_max)[:, None] < n_leap, eps, 0.0)[:, :, None]
         half_all = 0.5 * e_all
+        fused = fused_force(grads.model) if grads.full else None
         for j in range(n_max):
             e, half = e_all[j], half_all[j]
             p += half * g
             q += e * p
             # The last step's end point is every chain's (an ended chain stayed put there):
             # its log posterior comes from the pass that computes its force.
-            lp = _evaluate(grads, q, g, j + 1 == n_max)
+            lp = _evaluate(grads, q, g, j + 1 == n_max, fused)
             p += half * g
         # The proposal (q, -p): the negation leaves the kinetic energy as it is.
         H1 = 0.5 * row_dots(p) - lp
@@ -283,12 +284,15 @@ class HMC(BaseSampler):
         """Leapfrog steps of iteration ``t`` for each chain's step ``eps`` (C,)."""
         u = math.fmod((t + 1) * _PHI, 1.0)
         length = self._length() * (1.0 + self.jitter * (2.0 * u - 1.0))
-        return np.clip(np.ceil(length / eps), 1, MAX_LEAPFROG).astype(np.intp)
+        n = np.ceil(length / eps)
+        np.maximum(n, 1.0, out=n)
+        np.minimum(n, MAX_LEAPFROG, out=n)
+        return n.astype(np.intp)
 
     def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap):
         dH = H1 - H0
-        with np.errstate(invalid="ignore"):
-            diverging = ~np.isfinite(dH) | (dH > DIVERGENCE_ENERGY)
+        # Not finite (NaN fails both comparisons) or above the threshold.
+        diverging = ~((dH > -np.inf) & (dH <= DIVERGENCE_ENERGY))
         log_ratio = np.where(diverging, -np.inf, -dH)
         # math.exp per chain: the scalar formula a chain alone uses (numpy's may round otherwise).
         accept_prob = np.array([math.exp(min(0.0, v)) for v in log_ratio.tolist()])
@@ -307,7 +311,9 @@ class HMC(BaseSampler):
             chains.n_divergent += diverging
         chains.n_leapfrog += n_leap
         chains.n_steps += 1.0
-        return np.column_stack([accept_prob, accepted, n_leap, diverging]).astype(float)
+        info = np.empty((len(dH), len(HMCInfo._fields)))
+        info[:, 0], info[:, 1], info[:, 2], info[:, 3] = accept_prob, accepted, n_leap, diverging
+        return info
 
     def _dual_average(self, chains, c, accept_prob):
         """One step of dual averaging on chain ``c``'s log step (Hoffman & Gelman 2014, eqs. 5-6)."""
@@ -333,11 +339,13 @@ class _OneChain:
         self.estimators, self.model, self.full = [estimator], estimator.model, estimator.full
 
 
-def _evaluate(grads, Z, out, log_p):
+def _evaluate(grads, Z, out, log_p, fused=False):
     """The full-data forces at the rows of ``Z`` into ``out`` and, when ``log_p``, the log
     posteriors (C,) (else None where that costs extra): fused over the chains for a one-output
-    GLM in memory (:func:`~skbayes_sg.models._fused.fused_force`), else each chain's own estimator."""
-    fused = fused_force(grads.model) if grads.full else None
+    GLM in memory (``fused``, :func:`~skbayes_sg.models._fused.fused_force` of the model, looked
+    up here if not given), else each chain's own estimator."""
+    if fused is False:
+        fused = fused_force(grads.model) if grads.full else None
     if fused is not None:
         for e in grads.estimators:
             e.n_grad_evals += e.n_samples
