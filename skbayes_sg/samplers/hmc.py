@@ -161,8 +161,15 @@ class HMC(BaseSampler):
     )
     #: The first block of ``n_iter="auto"``: HMC's draws are nearly independent, so the
     #: estimators' default of 1,000 iterations would overshoot the ESS target several times.
-    _first_block = 500
-    _min_adaptation = 100
+    #: ``burn_in="auto"`` under ``init="map"`` is ``_map_burn_in``: the chains start at draws
+    #: of the Laplace approximation (``N(0, I)`` in the whitened coordinates) or at the MAP,
+    #: already near stationarity, so the burn-in only adapts the step: 45 adapting and 405
+    #: kept iterations. On breast cancer (16 seeds) that costs 8% fewer gradients than 100 and
+    #: 400 (the adaptation's early steps are the small ones) and met R-hat < 1.01 at the first
+    #: block in 16 of 16 fits against 15 (``benchmarks/hmc_breast_cancer_seeds.py``).
+    _first_block = 450
+    _min_adaptation = 45
+    _map_burn_in = 0.1
 
     _parameter_constraints: dict = {
         "step_size": [POSITIVE, AUTO],
