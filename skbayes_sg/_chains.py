@@ -413,9 +413,10 @@ def _advance_batched(runners, sampler, grads, n_steps):
                 if t % _CHECK_EVERY == 0:
                     _check_chains(chains, sampler, t)
                 if t >= first_kept and (t - first_kept) % eff_thin == 0 and k < n_draws:
+                    # Every chain's draw in one stacked product, row by row as one chain's alone.
+                    thetas = chains.theta if to_theta is None else to_theta(chains.theta[:, None, :])[:, 0]
                     for c, r in enumerate(runners):
-                        theta = chains.theta[c]
-                        r.draws[k - k0] = theta if to_theta is None else to_theta(theta)
+                        r.draws[k - k0] = thetas[c]
                         r.stats[k - k0] = info[c]
                     k += 1
         _check_chains(chains, sampler, stop - 1)

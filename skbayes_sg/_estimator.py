@@ -38,7 +38,8 @@ AUTO_BATCH_SIZE = 200
 FULL_DATA_WORK = 200_000
 #: ``burn_in="auto"``: the fraction of each chain discarded, as in the papers, unless the
 #: sampler sets its own for chains started at draws of the Laplace approximation
-#: (``_laplace_burn_in``, the adaptive samplers', see :meth:`BaseSGBayes._run_policy`).
+#: (``_laplace_burn_in``, the adaptive samplers'; ``_map_burn_in``, HMC's; see
+#: :meth:`BaseSGBayes._run_policy`).
 AUTO_BURN_IN = 0.2
 
 #: ``max_draws="auto"``: draws stored per chain. Every sampler stores every kept draw as long
@@ -200,8 +201,9 @@ class BaseSGBayes(BaseEstimator):
         only adapts it, and the chains need none to forget a start already near
         stationarity, so they discard the sampler's ``_laplace_burn_in`` (5%). Their first
         block of ``n_iter="auto"`` then covers ``_laplace_min_adaptation`` adapting
-        iterations (250), ``_min_adaptation`` (1,000) otherwise. ``max_draws="auto"``: see
-        :data:`AUTO_MAX_DRAWS`.
+        iterations (250), ``_min_adaptation`` (1,000) otherwise. HMC's chains start at such
+        draws too under ``init="map"`` and adapt only their step: they discard the sampler's
+        ``_map_burn_in`` (10%). ``max_draws="auto"``: see :data:`AUTO_MAX_DRAWS`.
         """
         laplace = self._laplace_start(sampler)
         min_adaptation = getattr(sampler, "_min_adaptation", 0)
@@ -209,7 +211,12 @@ class BaseSGBayes(BaseEstimator):
         if laplace:
             min_adaptation = getattr(sampler, "_laplace_min_adaptation", min_adaptation)
         if isinstance(burn_in, str):
-            burn_in = getattr(sampler, "_laplace_burn_in", AUTO_BURN_IN) if laplace else AUTO_BURN_IN
+            if laplace:
+                burn_in = getattr(sampler, "_laplace_burn_in", AUTO_BURN_IN)
+            elif isinstance(self.init, str) and self.init == "map":
+                burn_in = getattr(sampler, "_map_burn_in", AUTO_BURN_IN)
+            else:
+                burn_in = AUTO_BURN_IN
         max_draws = self.max_draws
         if isinstance(max_draws, str):
             budget = AUTO_DRAW_FLOATS // (self.n_chains * max(n_params, 1))

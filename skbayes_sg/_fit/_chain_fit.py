@@ -47,7 +47,8 @@ def fit_chains(est, sampler, X, y, model, batch_size, streaming):
     # The KSD's budget is this call's gradient work, not the running total of a partial_fit
     # stream or a continued fit (each call pays a bounded share).
     this_call = sum(r.n_grad_evals for r in runs.results)
-    score_draws(est, plan.chain_model, plan.geometry, this_call if interrupted is None else None)
+    n_grad = this_call if interrupted is None else None
+    score_draws(est, plan.chain_model, plan.geometry, n_grad, bias_test=not sampler.requires_full_data)
     warn_fit(est, sampler, X)
     if interrupted is not None:
         warn_interrupted(est, interrupted)

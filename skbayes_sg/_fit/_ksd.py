@@ -4,6 +4,13 @@ The KSD needs the full-data score at the draws, and the fitted estimator keeps n
 fit scores a thinned set of its draws once (:func:`skbayes_sg._stein.fit_statistics`), keeps
 them for :func:`skbayes_sg.metrics.kernel_stein_discrepancy` with other kernels, and reports
 ``diagnostics_["ksd"]`` and the bias test's ``diagnostics_["ksd_pvalue"]``.
+
+The bias test asks whether the chains' stationary distribution is off the posterior, as an
+SG sampler's is at a finite step; a Metropolis-adjusted sampler's (``requires_full_data``:
+HMC, gadMALA) is the posterior by construction, so on its draws the test could only raise a
+false alarm or see chains that have not mixed, which R-hat and the ESS already check. Their
+fits skip it (its bootstrap cost as much as a fifth of a small exact fit); the KSD itself
+is computed for every fit, as ``ksd_scorer`` compares fits by it.
 """
 
 import numpy as np
@@ -12,9 +19,9 @@ from .. import _stein
 from .._geometry import Geometry
 
 
-def score_draws(est, chain_model, geometry, n_grad):
-    """Set ``est._stein`` (the thinned draws and their scores), ``diagnostics_["ksd"]`` and
-    ``diagnostics_["ksd_pvalue"]``.
+def score_draws(est, chain_model, geometry, n_grad, bias_test=True):
+    """Set ``est._stein`` (the thinned draws and their scores), ``diagnostics_["ksd"]`` and,
+    with ``bias_test`` (False for a Metropolis-adjusted sampler), ``diagnostics_["ksd_pvalue"]``.
 
     ``n_grad`` is this call's gradient work, the KSD's budget (a share of it), or None for an
     interrupted fit, which gets no KSD; so do models whose posterior is multimodal by
@@ -37,6 +44,8 @@ def score_draws(est, chain_model, geometry, n_grad):
     )
     K = _stein.imq_stein_kernel(est._stein["x"], est._stein["s"])
     est.diagnostics_["ksd"] = _stein.ksd_from_kernel(K)
+    if not bias_test:
+        return
     ess = np.asarray(est.diagnostics_.get("ess", np.nan), dtype=float)
     test = _stein.bias_test(K, float(np.min(ess)) if ess.size else np.nan, est.samples_.shape[0])
     if test is not None:
