@@ -32,7 +32,6 @@ DA_GAMMA, DA_T0, DA_KAPPA = 0.05, 10.0, 0.75
 #: The split integrator's ``"auto"`` start: this fraction of the trajectory's length, two steps
 #: per trajectory (the adaptation moves it from there).
 SPLIT_START = 0.5
-_SPLIT_EXACT_LEN = True
 #: The golden ratio's fractional part: the trajectories' jitter is the Weyl sequence
 #: ``frac(t phi)``, evenly spread over [0, 1) and never periodic.
 _PHI = 0.6180339887498949
@@ -48,7 +47,8 @@ class HMCState(SamplerState):
         ``-U(theta)`` (the log posterior up to a constant) and its gradient ``-grad U``, reused by
         the next trajectory's first half kick.
     eps : float
-        The chain's leapfrog step: adapted during burn-in, then frozen. (``step_size`` stays the
+        The chain's step (a rotation angle under the split integrator): adapted during
+        burn-in, then frozen. (``step_size`` stays the
         step the fit resolved for every chain, the adaptation's starting point.)
     log_eps_bar, h_bar, mu, n_adapt : float
         Dual averaging's iterate average, running acceptance deficit, shrinkage target and count.
@@ -56,8 +56,8 @@ class HMCState(SamplerState):
         True until :meth:`HMC.end_adaptation`; then ``freeze_pending`` until ``eps`` is set to the
         average (by the next stacking or batched step, which hold the live values).
     n_steps, n_accepted, n_divergent, n_leapfrog : int
-        Iterations, accepted proposals and divergent trajectories after adaptation, and leapfrog
-        steps (gradient evaluations) in all.
+        Iterations, accepted proposals and divergent trajectories after adaptation, and
+        integrator steps (gradient evaluations) in all.
     """
 
     log_p: float = None
@@ -352,7 +352,7 @@ class HMC(BaseSampler):
         n = np.ceil(length / eps)
         np.maximum(n, 1.0, out=n)
         np.minimum(n, MAX_LEAPFROG, out=n)
-        return n.astype(np.intp), (length / n if split and _SPLIT_EXACT_LEN else eps)
+        return n.astype(np.intp), (length / n if split else eps)
 
     def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap, split=False):
         dH = H1 - H0
