@@ -1,4 +1,9 @@
-"""Hamiltonian Monte Carlo with a Metropolis test, for full-data fits (Neal 2011; Chen et al. 2014, Section 2)."""
+"""Hamiltonian Monte Carlo with a Metropolis test, for full-data fits (Neal 2011; Chen et al. 2014, Section 2).
+
+Two integrators: the leapfrog (Neal 2011, eqs. 5.18-5.20) and, in coordinates whitened at the
+MAP, the split integrator of Neal 2011, Section 5.5.1 (Shahbaba et al. 2014, Section 2), which
+integrates the Laplace approximation's part of the dynamics exactly.
+"""
 
 import math
 from dataclasses import dataclass
@@ -24,6 +29,9 @@ DIVERGENCE_ENERGY = 1000.0
 MAX_LEAPFROG = 1024
 #: Dual averaging's constants (Hoffman & Gelman 2014, Section 3.2.1): ``gamma``, ``t0``, ``kappa``.
 DA_GAMMA, DA_T0, DA_KAPPA = 0.05, 10.0, 0.75
+#: The split integrator's ``"auto"`` start: this fraction of the trajectory's length, two steps
+#: per trajectory (the adaptation moves it from there).
+SPLIT_START = 0.5
 #: The golden ratio's fractional part: the trajectories' jitter is the Weyl sequence
 #: ``frac(t phi)``, evenly spread over [0, 1) and never periodic.
 _PHI = 0.6180339887498949
@@ -39,7 +47,8 @@ class HMCState(SamplerState):
         ``-U(theta)`` (the log posterior up to a constant) and its gradient ``-grad U``, reused by
         the next trajectory's first half kick.
     eps : float
-        The chain's leapfrog step: adapted during burn-in, then frozen. (``step_size`` stays the
+        The chain's step (a rotation angle under the split integrator): adapted during
+        burn-in, then frozen. (``step_size`` stays the
         step the fit resolved for every chain, the adaptation's starting point.)
     log_eps_bar, h_bar, mu, n_adapt : float
         Dual averaging's iterate average, running acceptance deficit, shrinkage target and count.
@@ -47,8 +56,8 @@ class HMCState(SamplerState):
         True until :meth:`HMC.end_adaptation`; then ``freeze_pending`` until ``eps`` is set to the
         average (by the next stacking or batched step, which hold the live values).
     n_steps, n_accepted, n_divergent, n_leapfrog : int
-        Iterations, accepted proposals and divergent trajectories after adaptation, and leapfrog
-        steps (gradient evaluations) in all.
+        Iterations, accepted proposals and divergent trajectories after adaptation, and
+        integrator steps (gradient evaluations) in all.
     """
 
     log_p: float = None
@@ -111,6 +120,26 @@ class HMC(BaseSampler):
     same number of leapfrog steps, so batched chains waste no gradient); the kernel changes
     with the iteration but each one leaves the posterior invariant.
 
+    In those coordinates the default integrator is **split** (Neal 2011, Section 5.5.1,
+    "Splitting the Hamiltonian"; Shahbaba, Lan, Johnson & Neal 2014, Section 2): write
+    ``U(z) = U_0(z) + U_1(z)`` with ``U_0 = |z|^2 / 2``, the Laplace approximation's
+    potential, and ``U_1 = U - U_0``, whose force is ``F_1(z) = F(z) + z``
+    (``F = -grad U``). A step of size ``epsilon`` is a half kick
+    ``p <- p + (epsilon / 2) F_1(z)``, the exact flow of ``H_0 = U_0 + |p|^2 / 2`` for a
+    time ``epsilon`` (the rotation ``z' = z cos(epsilon) + p sin(epsilon)``,
+    ``p' = -z sin(epsilon) + p cos(epsilon)``), and another half kick: the Strang splitting
+    ``U_1 / 2, H_0, U_1 / 2`` of ``H = U + |p|^2 / 2``, symplectic and reversible, so the
+    Metropolis test on the full ``H`` keeps the posterior exact. Its error grows with ``F_1``
+    alone, which is small where the posterior is near its Laplace approximation: a
+    trajectory of ``pi / 2`` takes one or two steps where the leapfrog takes about five (for
+    a Gaussian posterior with the exact whitening one step is exact). A trajectory of
+    length ``tau`` takes ``m = ceil(tau / epsilon)`` steps of ``tau / m`` each, so that its
+    length stays ``tau`` however large the adapted ``epsilon`` (the rotation is periodic:
+    a step of ``2 pi`` would not move). Casas, Sanz-Serna & Shaw (2022) show that the split
+    needs the preconditioning: unwhitened it is stable for no larger a step than the
+    leapfrog, which is therefore kept in ``theta`` coordinates and under a diagonal
+    whitening.
+
     Parameters
     ----------
     step_size : float or "auto", default="auto"
@@ -128,6 +157,13 @@ class HMC(BaseSampler):
     preconditioner : {"auto", "dense", "diag", "none"}, default="auto"
         As for :class:`MCCAdL`: ``"auto"`` whitens at the MAP (dense up to 1,000 parameters)
         with ``step_size="auto"`` and runs in ``theta`` with an explicit step.
+    integrator : {"auto", "split", "leapfrog"}, default="auto"
+        How a trajectory is integrated: ``"split"`` (above: kicks by ``F_1 = F + z`` around
+        the exact rotation of ``U_0 = |z|^2 / 2``), ``"leapfrog"`` (kicks by ``F`` around a
+        drift), or ``"auto"``: split in coordinates whitened by a dense factor at the MAP,
+        where ``N(0, I)`` is the Laplace approximation, and leapfrog elsewhere. A step size
+        is in the units of the integrator: ``step_size`` and ``diagnostics_["step_size"]``
+        are the angle of one rotation under the split.
 
     Notes
     -----
@@ -140,6 +176,10 @@ class HMC(BaseSampler):
     Neal, R. M. (2011). MCMC using Hamiltonian dynamics. Handbook of Markov Chain Monte Carlo.
     Chen, T., Fox, E. B. & Guestrin, C. (2014). Stochastic gradient Hamiltonian Monte Carlo. ICML.
     Hoffman, M. D. & Gelman, A. (2014). The No-U-Turn sampler. JMLR 15.
+    Shahbaba, B., Lan, S., Johnson, W. O. & Neal, R. M. (2014). Split Hamiltonian Monte Carlo.
+    Statistics and Computing 24.
+    Casas, F., Sanz-Serna, J. M. & Shaw, L. (2022). Split Hamiltonian Monte Carlo revisited.
+    Statistics and Computing 32.
     """
 
     requires_full_data = True
@@ -177,19 +217,31 @@ class HMC(BaseSampler):
         "trajectory_length": [POSITIVE, AUTO],
         "jitter": [_Number(Real, 0, 1, closed="left")],
         "preconditioner": [StrOptions(set(PRECONDITIONERS))],
+        "integrator": [StrOptions({"auto", "split", "leapfrog"})],
     }
 
     def __init__(
-        self, step_size="auto", target_accept=0.8, trajectory_length="auto", jitter=0.25, preconditioner="auto"
+        self,
+        step_size="auto",
+        target_accept=0.8,
+        trajectory_length="auto",
+        jitter=0.25,
+        preconditioner="auto",
+        integrator="auto",
     ):
         self.step_size = step_size
         self.target_accept = target_accept
         self.trajectory_length = trajectory_length
         self.jitter = jitter
         self.preconditioner = preconditioner
+        self.integrator = integrator
 
     # -- step size ------------------------------------------------------------------------
     def curvature_step(self, lambda_max, scale=1.0):
+        if getattr(self, "_split_start", False):
+            # The split's error is F_1's, unknown before a trajectory runs: start at two steps
+            # per trajectory and let the adaptation find the rest.
+            return float(scale * SPLIT_START * self._length())
         # Leapfrog on N(0, I) in P dimensions has a mean energy error of about P eps^4 / 32;
         # an acceptance of 0.8 needs about 0.13 of it, so eps ~ 1.4 P^(-1/4): start a little below.
         P = getattr(self, "_n_params", 1)
@@ -197,10 +249,19 @@ class HMC(BaseSampler):
 
     def resolve_step_size(self, model, theta0, sigma_max=None, lambda_max=None, scale=1.0):
         self._n_params = int(np.size(theta0))
+        self._split_start = self.uses_split(model)
         return super().resolve_step_size(model, theta0, None, lambda_max, scale)
 
     def _length(self):
         return math.pi / 2 if isinstance(self.trajectory_length, str) else float(self.trajectory_length)
+
+    def uses_split(self, model):
+        """Whether trajectories on ``model`` (the chains' coordinates) use the split integrator:
+        ``"auto"`` means a model whitened by a dense factor (``theta = m + L z``, ``L`` a
+        matrix), which the fits build at the MAP."""
+        if self.integrator != "auto":
+            return self.integrator == "split"
+        return hasattr(model, "to_theta") and np.ndim(getattr(model, "L", None)) == 2
 
     # -- chains ---------------------------------------------------------------------------
     def init_state(self, theta0, grad_estimator, rng, context=None):
@@ -266,37 +327,34 @@ class HMC(BaseSampler):
         theta, log_p, grad, eps = chains.theta, chains.log_p, chains.grad, chains.eps
         r = chains.normals(rngs, chains.noise)
         log_u = np.array([math.log1p(-rng.random()) for rng in rngs])
-        n_leap = self._n_leapfrog(eps, int(chains.n_steps[0]))
+        split = self.uses_split(grads.model)
+        n_leap, step = self._n_leapfrog(eps, int(chains.n_steps[0]), split)
         H0 = 0.5 * row_dots(r) - log_p
         q, p, g = theta.copy(), r.copy(), grad.copy()
         n_max = int(n_leap.max())
-        # Each leapfrog step's epsilon per chain: 0 once a chain's trajectory has ended, so
-        # that it stays put while the longest one finishes.
-        e_all = np.where(np.arange(n_max)[:, None] < n_leap, eps, 0.0)[:, :, None]
+        # Each step's epsilon per chain: 0 once a chain's trajectory has ended, so that it
+        # stays put while the longest one finishes.
+        e_all = np.where(np.arange(n_max)[:, None] < n_leap, step, 0.0)[:, :, None]
         half_all = 0.5 * e_all
         fused = fused_force(grads.model) if grads.full else None
-        for j in range(n_max):
-            e, half = e_all[j], half_all[j]
-            p += half * g
-            q += e * p
-            # The last step's end point is every chain's (an ended chain stayed put there):
-            # its log posterior comes from the pass that computes its force.
-            lp = _evaluate(grads, q, g, j + 1 == n_max, fused)
-            p += half * g
+        integrate = _split_trajectory if split else _leapfrog_trajectory
+        lp = integrate(grads, fused, q, p, g, e_all, half_all, chains.work)
         # The proposal (q, -p): the negation leaves the kinetic energy as it is.
         H1 = 0.5 * row_dots(p) - lp
-        return self._accept(chains, q, g, lp, H0, H1, log_u, n_leap)
+        return self._accept(chains, q, g, lp, H0, H1, log_u, n_leap, split)
 
-    def _n_leapfrog(self, eps, t):
-        """Leapfrog steps of iteration ``t`` for each chain's step ``eps`` (C,)."""
+    def _n_leapfrog(self, eps, t, split=False):
+        """Steps of iteration ``t`` for each chain's step ``eps`` (C,), and the steps taken:
+        ``eps`` itself (leapfrog), or the trajectory's length over the number of steps
+        (split: the rotation's total angle is the jittered length, however large ``eps``)."""
         u = math.fmod((t + 1) * _PHI, 1.0)
         length = self._length() * (1.0 + self.jitter * (2.0 * u - 1.0))
         n = np.ceil(length / eps)
         np.maximum(n, 1.0, out=n)
         np.minimum(n, MAX_LEAPFROG, out=n)
-        return n.astype(np.intp)
+        return n.astype(np.intp), (length / n if split else eps)
 
-    def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap):
+    def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap, split=False):
         dH = H1 - H0
         # Not finite (NaN fails both comparisons) or above the threshold.
         diverging = ~((dH > -np.inf) & (dH <= DIVERGENCE_ENERGY))
@@ -312,7 +370,7 @@ class HMC(BaseSampler):
             )
         if chains.adapting:
             for c in range(len(accept_prob)):
-                self._dual_average(chains, c, float(accept_prob[c]))
+                self._dual_average(chains, c, float(accept_prob[c]), split)
         else:
             chains.n_accepted += accepted
             chains.n_divergent += diverging
@@ -322,12 +380,17 @@ class HMC(BaseSampler):
         info[:, 0], info[:, 1], info[:, 2], info[:, 3] = accept_prob, accepted, n_leap, diverging
         return info
 
-    def _dual_average(self, chains, c, accept_prob):
+    def _dual_average(self, chains, c, accept_prob, split=False):
         """One step of dual averaging on chain ``c``'s log step (Hoffman & Gelman 2014, eqs. 5-6)."""
         m = chains.n_adapt[c] = chains.n_adapt[c] + 1.0
         w = 1.0 / (m + DA_T0)
         h_bar = chains.h_bar[c] = (1.0 - w) * chains.h_bar[c] + w * (self.target_accept - accept_prob)
         log_eps = chains.mu[c] - math.sqrt(m) / DA_GAMMA * h_bar
+        if split:
+            # A split step beyond the longest trajectory takes that trajectory in one step
+            # anyway: a target the acceptance always beats (a Gaussian posterior's 1) must not
+            # drive the average step to overflow.
+            log_eps = min(log_eps, math.log(self._length() * (1.0 + self.jitter)))
         eta = m**-DA_KAPPA
         chains.log_eps_bar[c] = eta * log_eps + (1.0 - eta) * chains.log_eps_bar[c]
         chains.eps[c] = math.exp(log_eps)
@@ -337,6 +400,52 @@ def _frozen_step(n_adapt, log_eps_bar, eps):
     """The step a chain keeps after burn-in: dual averaging's average ``exp(log_eps_bar)``, or
     ``eps`` as it is when no adaptation ran."""
     return math.exp(log_eps_bar) if n_adapt > 0 else eps
+
+
+def _leapfrog_trajectory(grads, fused, q, p, g, e_all, half_all, work=None):
+    """Integrate the chains' trajectories with the leapfrog (Neal 2011, eqs. 5.18-5.20), in
+    place of ``q``, ``p`` and ``g`` (the force at ``q``), and return the end points' log
+    posteriors. ``e_all`` (m, C, 1): each step's ``epsilon`` per chain, 0 once a chain's
+    trajectory has ended (it stays put); ``half_all`` its halves."""
+    n_max = e_all.shape[0]
+    lp = None
+    for j in range(n_max):
+        e, half = e_all[j], half_all[j]
+        p += half * g
+        q += e * p
+        # The last step's end point is every chain's (an ended chain stayed put there):
+        # its log posterior comes from the pass that computes its force.
+        lp = _evaluate(grads, q, g, j + 1 == n_max, fused)
+        p += half * g
+    return lp
+
+
+def _split_trajectory(grads, fused, q, p, g, e_all, half_all, work=None):
+    """Integrate the chains' trajectories with the split integrator, in place of ``q``, ``p``
+    and ``g`` (the force ``F`` at ``q``), and return the end points' log posteriors.
+
+    Each step (Neal 2011, Section 5.5.1; Shahbaba et al. 2014, Section 2): a half kick by
+    ``F_1 = F + z``, the rotation by the angle ``epsilon`` that solves ``H_0 = |z|^2 / 2 +
+    |p|^2 / 2`` exactly, a half kick by ``F_1`` at the new point. A chain whose ``epsilon``
+    is 0 (its trajectory ended) stays put: ``cos 0 = 1``, ``sin 0 = 0``.
+    """
+    n_max = e_all.shape[0]
+    work = np.empty_like(q) if work is None else work
+    cos_all, sin_all = np.cos(e_all), np.sin(e_all)
+    lp = None
+    for j in range(n_max):
+        half, cos_e, sin_e = half_all[j], cos_all[j], sin_all[j]
+        p += half * g
+        p += half * q
+        np.multiply(q, cos_e, out=work)
+        work += sin_e * p
+        p *= cos_e
+        p -= sin_e * q
+        q[...] = work
+        lp = _evaluate(grads, q, g, j + 1 == n_max, fused)
+        p += half * g
+        p += half * q
+    return lp
 
 
 class _OneChain:
