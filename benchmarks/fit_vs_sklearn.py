@@ -25,9 +25,9 @@ Usage::
 import argparse
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+
+from _fresh import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 A9A = Path(os.environ.get("A9A", ROOT.parent / "shared" / "data" / "a9a.npz"))
@@ -75,18 +75,10 @@ print(json.dumps(out))
 
 
 def _run(tree, case, lib, n_jobs, blas_threads=None):
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = None
     if blas_threads:
-        env.update({k: str(blas_threads) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, case, lib, str(n_jobs), str(A9A)],
-        env=env,
-        cwd=str(tree),  # ``python -c`` puts the working directory first on sys.path
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        env = {k: str(blas_threads) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    return run_child(tree, CHILD, [case, lib, n_jobs, A9A], env)
 
 
 def main(argv=None):

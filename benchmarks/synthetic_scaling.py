@@ -26,10 +26,10 @@ Usage::
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+from _fresh import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = (100_000, 1_000_000, 4_000_000)
@@ -60,37 +60,16 @@ tic = time.perf_counter()
 est.fit(X, y)
 out["seconds"] = time.perf_counter() - tic
 if lib == "skbayes_sg":
-    from skbayes_sg.models import find_map
+    from benchmarks.scaling import laplace_exactness
     out["setup_seconds"] = marks["t"] - tic
-    model = est._build_model(X, y)
-    theta_map, _ = find_map(model)
-    sd = np.sqrt(np.diag(np.linalg.inv(model.hessian(theta_map))))
-    draws = est.samples_.reshape(-1, est.samples_.shape[-1])
-    z = (draws.mean(axis=0) - theta_map) / sd
-    ratio = draws.std(axis=0) / sd
-    out.update(
-        n_iter=int(est.n_iter_),
-        min_ess=float(np.min(est.diagnostics_["ess"])),
-        rms_mean_error_sd=float(np.sqrt(np.mean(z**2))),
-        sd_ratio_min=float(ratio.min()),
-        sd_ratio_max=float(ratio.max()),
-        rhat_max=float(np.max(est.diagnostics_["rhat"])),
-    )
+    out.update(n_iter=int(est.n_iter_), min_ess=float(np.min(est.diagnostics_["ess"])))
+    out.update(laplace_exactness(est, X, y))
 print(json.dumps(out))
 """
 
 
 def _run(tree, n_rows, lib, n_jobs):
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(n_rows), lib, str(n_jobs)],
-        env=env,
-        cwd=str(tree),  # ``python -c`` puts the working directory first on sys.path
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(tree, CHILD, [n_rows, lib, n_jobs])
 
 
 def _median(values):
