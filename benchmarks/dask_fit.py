@@ -189,6 +189,13 @@ def local_client(workers, memory_limit):
     return distributed.Client(cluster)
 
 
+def close_client(client):
+    """Close ``client`` and the cluster :func:`local_client` started for it."""
+    cluster = client.cluster
+    client.close()
+    cluster.close()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=20_000_000)
@@ -258,9 +265,7 @@ def main():
         _log(out)
     out["load_avg"]["end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
-    cluster = client.cluster
-    client.close()
-    cluster.close()
+    close_client(client)
 
 
 if __name__ == "__main__":

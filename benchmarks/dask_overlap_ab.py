@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dask_fit import lazy_data, local_client  # noqa: E402
+from dask_fit import close_client, lazy_data, local_client  # noqa: E402
 
 
 def fit_once(X, y, overlap):
@@ -88,9 +88,7 @@ def main():
     out["ratio_off_over_on"] = round(med["off"] / med["on"], 3)
     out["draws_identical"] = all(f["draws_identical"] for f in out["fits"])
     print(json.dumps(out))
-    cluster = client.cluster
-    client.close()
-    cluster.close()
+    close_client(client)
 
 
 if __name__ == "__main__":

@@ -46,14 +46,19 @@ def _kw(alpha):
     return {} if alpha == "auto" else {"alpha": float(alpha)}
 
 
+def fits(estimator, alpha, Xtr, Xte, ytr):
+    """``(scaling, fitted estimator, its test rows, fit seconds)`` for each of :func:`scalings`."""
+    for name, (A, B) in scalings(Xtr, Xte).items():
+        tic = time.perf_counter()
+        est = estimator(random_state=0, **_kw(alpha)).fit(A, ytr)
+        yield name, est, B, time.perf_counter() - tic
+
+
 def part_diabetes(alpha):
     X, y = load_diabetes(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0)
     out = {"part": "diabetes", "alpha": alpha}
-    for name, (A, B) in scalings(Xtr, Xte).items():
-        tic = time.perf_counter()
-        reg = SGBayesLinearRegression(random_state=0, **_kw(alpha)).fit(A, ytr)
-        seconds = time.perf_counter() - tic
+    for name, reg, B, seconds in fits(SGBayesLinearRegression, alpha, Xtr, Xte, ytr):
         mean, sd = reg.predict(B, return_std=True)
         out[name] = {
             "r2": round(float(r2_score(yte, mean)), 4),
@@ -72,10 +77,7 @@ def part_breast_cancer(alpha):
     X, y = load_breast_cancer(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0)
     out = {"part": "breast_cancer", "alpha": alpha}
-    for name, (A, B) in scalings(Xtr, Xte).items():
-        tic = time.perf_counter()
-        clf = SGBayesLogisticRegression(random_state=0, **_kw(alpha)).fit(A, ytr)
-        seconds = time.perf_counter() - tic
+    for name, clf, B, seconds in fits(SGBayesLogisticRegression, alpha, Xtr, Xte, ytr):
         proba = clf.predict_proba(B)
         # A mean of probabilities can exceed 1 by a few ulps (1 + 3.3e-15 with alpha=1.0 on
         # x1000 features), which sklearn's log_loss refuses.

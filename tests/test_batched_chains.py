@@ -4,8 +4,6 @@ full-data force: the same draws as each chain run alone, whatever the grouping (
 import numpy as np
 import pytest
 from joblib import Parallel
-from sklearn.datasets import load_breast_cancer
-from sklearn.preprocessing import StandardScaler
 
 import skbayes_sg._chains as chains
 from skbayes_sg import SGBayesLogisticRegression
@@ -14,12 +12,6 @@ from skbayes_sg.minibatch import GradientSpec
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, PoissonModel, WhitenedModel
 from skbayes_sg.models._fused import fused_force
 from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, MCCAdL
-
-
-@pytest.fixture(scope="module")
-def cancer():
-    X, y = load_breast_cancer(return_X_y=True)
-    return StandardScaler().fit_transform(X), y.astype(float)
 
 
 def _whitened(model):

@@ -4,8 +4,6 @@ whatever ``n_jobs``."""
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_breast_cancer
-from sklearn.preprocessing import StandardScaler
 
 from skbayes_sg import SGBayesLogisticRegression, SGBayesPoissonRegressor
 from skbayes_sg.diagnostics import mcse_mean
@@ -14,12 +12,6 @@ from skbayes_sg.models._stacked_posterior import stacked_log_posterior
 from skbayes_sg.samplers import GadMALA, GadRWM
 
 from ._exact import Z_MAX, importance_summary, mcse_sd, t_proposal
-
-
-@pytest.fixture(scope="module")
-def cancer():
-    X, y = load_breast_cancer(return_X_y=True)
-    return StandardScaler().fit_transform(X), y.astype(float)
 
 
 def _models(X, y):

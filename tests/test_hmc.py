@@ -6,7 +6,6 @@ import pickle
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
-from sklearn.preprocessing import StandardScaler
 
 from skbayes_sg import SGBayesLinearRegression, SGBayesLogisticRegression, SGBayesPoissonRegressor, _chains
 from skbayes_sg.diagnostics import mcse_mean
@@ -20,12 +19,6 @@ from ._exact import Z_MAX, assert_matches_gaussian, conjugate_regression, mcse_s
 from .test_batched_chains import _models, _run, _whitened
 
 REFERENCE = "benchmarks/results/reference_breast_cancer_raw.npz"
-
-
-@pytest.fixture(scope="module")
-def cancer():
-    X, y = load_breast_cancer(return_X_y=True)
-    return StandardScaler().fit_transform(X), y.astype(float)
 
 
 def test_fused_log_posterior_is_the_models(cancer):
