@@ -67,6 +67,11 @@ def imq_stein_kernel(x, s, c=1.0, beta=-0.5):
     pairwise products come from three matrix products (``|x_i - x_j|^2``, ``s s'`` and the
     cross terms, each with its row and column sums as extra columns): O(m^2 P), no loop over pairs.
     """
+    x, s = _checked(x, s, c, beta)
+    return _kernel_block(x, s, x, s, c, beta)
+
+
+def _checked(x, s, c, beta):
     x = np.asarray(x, dtype=float)
     s = np.asarray(s, dtype=float)
     if x.shape != s.shape or x.ndim != 2:
@@ -75,15 +80,20 @@ def imq_stein_kernel(x, s, c=1.0, beta=-0.5):
         raise ValueError(f"c must be positive; got c={c!r}.")
     if not -1 < beta < 0:
         raise ValueError(f"beta must lie in (-1, 0) for the KSD to detect non-convergence; got beta={beta!r}.")
-    m, P = x.shape
-    # In place where possible: at m = 1,000 each (m, m) temporary costs as much as the
-    # arithmetic on it (first touch of 8 MB), so five arrays, not a dozen; the sums of
-    # row and column terms ride in the products as extra columns.
-    sq = np.einsum("ij,ij->i", x, x)
-    a = np.einsum("ij,ij->i", s, x)  # s_i . x_i
-    one = np.ones((m, 1))
+    return x, s
+
+
+def _kernel_block(xa, sa, xb, sb, c, beta):
+    """``k_p(xa_i, xb_j)``, shape (len(xa), len(xb)) (:func:`imq_stein_kernel`'s formula)."""
+    P = xa.shape[1]
+    # In place where possible: each (m, m) temporary costs as much as the arithmetic on it,
+    # so five arrays, not a dozen; the sums of row and column terms ride in the products as
+    # extra columns.
+    sq_a, sq_b = np.einsum("ij,ij->i", xa, xa), np.einsum("ij,ij->i", xb, xb)
+    a_a, a_b = np.einsum("ij,ij->i", sa, xa), np.einsum("ij,ij->i", sb, xb)  # s_i . x_i
+    one_a, one_b = np.ones((xa.shape[0], 1)), np.ones((xb.shape[0], 1))
     # |x_i - x_j|^2 = [x_i, |x_i|^2, 1] . [-2 x_j, 1, |x_j|^2]
-    r2 = np.hstack([x, sq[:, None], one]) @ np.hstack([-2.0 * x, one, sq[:, None]]).T
+    r2 = np.hstack([xa, sq_a[:, None], one_a]) @ np.hstack([-2.0 * xb, one_b, sq_b[:, None]]).T
     np.maximum(r2, 0.0, out=r2)
     u = r2 + c * c
     # One power of u (a square root at beta = -1/2, ~10x cheaper per entry than a general
@@ -93,15 +103,54 @@ def imq_stein_kernel(x, s, c=1.0, beta=-0.5):
     np.divide(r2, u, out=r2)  # r2 / u
     np.divide(ub, u, out=u)  # u^(beta - 1)
     # s_j . (x_i - x_j) - s_i . (x_i - x_j) - P = s_i . x_j + x_i . s_j - a_i - a_j - P
-    cross = np.hstack([s, x, a[:, None], one]) @ np.hstack([x, s, -one, -(a + P)[:, None]]).T
+    cross = np.hstack([sa, xa, a_a[:, None], one_a]) @ np.hstack([xb, sb, -one_b, -(a_b + P)[:, None]]).T
     r2 *= 2.0 * (beta - 1.0)
     cross -= r2
     cross *= u
     cross *= 2.0 * beta
-    K = s @ s.T
+    K = sa @ sb.T
     K *= ub
     K += cross
     return K
+
+
+#: Rows of the Stein kernel computed at once by :func:`stein_statistics`: its temporaries
+#: (BLOCK x m) stay in cache and are reused, where the whole (m, m) matrix's first touch
+#: (8 MB an array at m = 1,000) cost three times its arithmetic in a fresh process.
+BLOCK = 64
+
+
+def stein_statistics(x, s, keep=None, c=1.0, beta=-0.5):
+    """``(ksd, K_keep)``: the V-statistic KSD of all draws (:func:`ksd_from_kernel` of the
+    :func:`imq_stein_kernel` matrix) and that matrix's rows and columns ``keep`` (None when
+    ``keep`` is None), without building the (m, m) matrix.
+
+    The kernel is symmetric: row block ``i`` is computed against the columns from its own
+    start on, and the blocks right of the diagonal count twice (m^2 / 2 entries in all).
+    """
+    x, s = _checked(x, s, c, beta)
+    m = x.shape[0]
+    total = 0.0
+    K_keep = None
+    if keep is not None:
+        keep = np.asarray(keep)
+        K_keep = np.empty((keep.size, keep.size))
+        # Position of each kept draw in the kept matrix, -1 for the others.
+        where = np.full(m, -1)
+        where[keep] = np.arange(keep.size)
+    for start in range(0, m, BLOCK):
+        stop = min(start + BLOCK, m)
+        Kb = _kernel_block(x[start:stop], s[start:stop], x[start:], s[start:], c, beta)
+        total += Kb[:, : stop - start].sum() + 2.0 * Kb[:, stop - start :].sum()
+        if K_keep is not None:
+            rows = np.flatnonzero(where[start:stop] >= 0)
+            cols = np.flatnonzero(where[start:] >= 0)
+            if rows.size:
+                block = Kb[np.ix_(rows, cols)]
+                ia, ib = where[start + rows], where[start + cols]
+                K_keep[np.ix_(ia, ib)] = block
+                K_keep[np.ix_(ib, ia)] = block.T
+    return float(np.sqrt(max(total / (m * m), 0.0))), K_keep
 
 
 def ksd_from_kernel(K, weights=None):
@@ -192,19 +241,26 @@ def fit_statistics(chain_model, thetas, n_chains, n_grad_evals, geometry_whitene
     return {"x": z * scale, "s": scores / scale, "index": index, "coordinates": "scaled"}
 
 
-def bias_test(K, ess, n_chains, seed=0):
-    """``(ksd, p_value, n_test)`` of the bias test on the Stein kernel matrix ``K`` of a
-    fit's draws (``n_chains`` equal runs of draws, chain by chain), or None.
-
-    The draws are thinned further to about ``ess`` (the smallest bulk ESS of the
-    parameters; at most ``MAX_TEST_DRAWS``), evenly over each chain, so that the test's draws are nearly independent,
-    as the bootstrap assumes; below ``MIN_TEST_DRAWS`` of them there is no test.
-    """
+def test_index(m, ess, n_chains):
+    """Indices of the draws the bias test uses, or None for no test: the fit's ``m`` KSD
+    draws (``n_chains`` equal runs, chain by chain) thinned further to about ``ess`` (the
+    smallest bulk ESS of the parameters; at most ``MAX_TEST_DRAWS``), evenly over each chain,
+    so that the test's draws are nearly independent, as the bootstrap assumes; below
+    ``MIN_TEST_DRAWS`` of them there is no test."""
     if not np.isfinite(ess) or ess < MIN_TEST_DRAWS:
         return None
-    m = K.shape[0]
     keep = thinned_index(n_chains, m // n_chains, min(m, int(ess), MAX_TEST_DRAWS))
-    if keep.size < MIN_TEST_DRAWS:
+    return None if keep.size < MIN_TEST_DRAWS else keep
+
+
+def bias_test(K, ess, n_chains, seed=0):
+    """``(ksd, p_value, n_test)`` of the bias test on the Stein kernel matrix ``K`` of a
+    fit's draws (``n_chains`` equal runs of draws, chain by chain), or None: the draws of
+    :func:`test_index` and the :func:`bootstrap_pvalue` of their kernel.
+    """
+    m = K.shape[0]
+    keep = test_index(m, ess, n_chains)
+    if keep is None:
         return None
     if keep.size < m:
         K = K[np.ix_(keep, keep)]

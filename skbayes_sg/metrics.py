@@ -117,7 +117,7 @@ def kernel_stein_discrepancy(estimator, *, c=1.0, beta=-0.5):
             f"(diagnostics_['ksd']) but not the scores that another kernel (c={c!r}, beta={beta!r}) needs; "
             "refit it to compute the KSD with another kernel."
         )
-    return _stein.ksd_from_kernel(_stein.imq_stein_kernel(stein["x"], stein["s"], c, beta))
+    return _stein.stein_statistics(stein["x"], stein["s"], c=c, beta=beta)[0]
 
 
 def ksd_scorer(estimator, X=None, y=None):

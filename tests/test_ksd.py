@@ -90,6 +90,23 @@ def test_bootstrap_is_calibrated_on_independent_exact_draws():
     assert _stein.bootstrap_pvalue(_stein.imq_stein_kernel(x, -x)) <= _stein.BIAS_LEVEL
 
 
+@pytest.mark.parametrize("m", [5, 64, 65, 300])
+def test_blockwise_statistics_equal_the_kernel_matrix(m):
+    """The fit's KSD and its bias test's kernel come from row blocks of the symmetric Stein
+    kernel (the upper blocks counted twice), never the (m, m) matrix: they must equal the
+    matrix's mean and its kept rows and columns, for sizes below, at and across a block."""
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((m, 4))
+    s = -1.3 * x + 0.2
+    keep = _stein.thinned_index(4, m // 4, max(2, m // 3))
+    for c, beta in ((1.0, -0.5), (0.7, -0.3)):
+        K = _stein.imq_stein_kernel(x, s, c, beta)
+        ksd, K_keep = _stein.stein_statistics(x, s, keep, c, beta)
+        assert ksd == pytest.approx(_stein.ksd_from_kernel(K), rel=1e-12)
+        np.testing.assert_allclose(K_keep, K[np.ix_(keep, keep)], rtol=1e-12, atol=1e-12)
+    assert _stein.stein_statistics(x, s)[1] is None
+
+
 def test_kernel_argument_errors():
     x = np.zeros((4, 2))
     with pytest.raises(ValueError, match="same shape"):

@@ -42,11 +42,12 @@ def score_draws(est, chain_model, geometry, n_grad, bias_test=True):
         geometry.L is not None,
         lambda t: Geometry.to_chain(chain_model, t),
     )
-    K = _stein.imq_stein_kernel(est._stein["x"], est._stein["s"])
-    est.diagnostics_["ksd"] = _stein.ksd_from_kernel(K)
-    if not bias_test:
-        return
-    ess = np.asarray(est.diagnostics_.get("ess", np.nan), dtype=float)
-    test = _stein.bias_test(K, float(np.min(ess)) if ess.size else np.nan, est.samples_.shape[0])
-    if test is not None:
-        est.diagnostics_["ksd_pvalue"] = test[1]
+    keep = None
+    if bias_test:
+        ess = np.asarray(est.diagnostics_.get("ess", np.nan), dtype=float)
+        lowest = float(np.min(ess)) if ess.size else np.nan
+        keep = _stein.test_index(len(est._stein["x"]), lowest, est.samples_.shape[0])
+    ksd, K_keep = _stein.stein_statistics(est._stein["x"], est._stein["s"], keep)
+    est.diagnostics_["ksd"] = ksd
+    if K_keep is not None:
+        est.diagnostics_["ksd_pvalue"] = _stein.bootstrap_pvalue(K_keep)
