@@ -169,10 +169,12 @@ class FusedForce:
             self._residuals(Z, eta)
         if self.w is not None:
             terms = terms * self.w
-        log_p = np.empty(Z.shape[0])
-        for c, z in enumerate(Z):
-            Qz = self.Q @ z if self.Q.ndim == 2 else self.Q * z
-            log_p[c] = float(terms[c].sum()) - 0.5 * float(z @ Qz) + float(self.b @ z)
+        # Row by row (a reduction along each contiguous row, a stacked matmul, a per-row
+        # einsum), so that a chain's value does not depend on the stack's height.
+        Qz = np.matmul(self.Q, Z[:, :, None])[:, :, 0] if self.Q.ndim == 2 else self.Q * Z
+        Qz *= -0.5
+        Qz += self.b
+        log_p = terms.sum(axis=1) + np.einsum("ij,ij->i", Z, Qz)
         self._trajectory_products(Z, out, buf)
         return log_p
 
