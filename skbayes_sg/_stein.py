@@ -23,8 +23,10 @@ import numpy as np
 #: kernel and m full-data gradients for the scores).
 MAX_KSD_DRAWS = 1000
 #: Fewest draws worth a KSD (below, the fit's budget of full-data gradients still pays for
-#: this many: a KSD of a dozen draws would rank settings by noise).
-MIN_KSD_DRAWS = 100
+#: this many: a KSD of a dozen draws would rank settings by noise): the bias test's own floor,
+#: ``MIN_TEST_DRAWS``. Past a few million rows the budget is below it and these full passes
+#: are the KSD's whole cost (at N = 4e6 a hundred of them cost as much as the chains).
+MIN_KSD_DRAWS = 50
 #: The scores of the KSD's draws touch at most this share of the rows the fit's gradient
 #: estimator touched (``n_grad_evals``), at least ``MIN_KSD_DRAWS`` full passes. A full-data
 #: pass is vectorised over the rows while the fit's minibatches each pay the Python

@@ -16,7 +16,7 @@ the data (the fitted estimator keeps none):
 * **Draws**: ``m`` draws, evenly spaced over every chain (first and last included, the
   same number per chain). ``m`` is at most 1,000 and the stored draws, and the scores may
   touch at most half the rows the fit's gradient estimator touched (``n_grad_evals``),
-  but at least 100 full passes: the KSD then costs a bounded share of the fit
+  but at least 50 full passes: the KSD then costs a bounded share of the fit
   (``benchmarks/ksd_cost.py``).
 * **Coordinates**: those the chains ran in when they were whitened at the MAP
   (``theta = theta_map + L z``, score ``L' grad_theta``: the posterior is close to

@@ -296,4 +296,6 @@ def test_partial_fit_reports_the_ksd_of_each_call_on_its_own_budget():
             this_call, spent = est.diagnostics_["n_grad_evals"] - spent, est.diagnostics_["n_grad_evals"]
             stored = est.samples_.shape[0] * est.samples_.shape[1]
             assert np.isfinite(est.diagnostics_["ksd"])
-            assert est._stein["x"].shape[0] == _stein.n_ksd_draws(stored, this_call, part[-1] + 1)
+            m = _stein.n_ksd_draws(stored, this_call, part[-1] + 1)
+            # ceil(m / n_chains) draws of every chain
+            assert est._stein["x"].shape[0] == _stein.thinned_index(est.n_chains, stored // est.n_chains, m).size

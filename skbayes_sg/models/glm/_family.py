@@ -59,6 +59,14 @@ class Family:
         gradients (..., n, k), or None without extra parameters."""
         raise NotImplementedError
 
+    def draw_residuals(self, Z, y):
+        """``R`` of :meth:`gradient_terms` for a family without extra parameters, with the rows
+        first: ``Z`` (n, M, K) the predictors of M points at n rows (may be overwritten),
+        ``y`` (n,). The full-data scores of many draws (the KSD's) compute this on every row
+        for every draw, the elementwise work their pass is made of."""
+        # No extra parameters: one empty vector (as for a single point) serves every draw.
+        return self.gradient_terms(Z, np.broadcast_to(y[:, None], Z.shape[:2]), np.empty(0))[0]
+
     def curvature_state(self, Z, y):
         """What :meth:`apply_curvature` needs of each row at the predictor ``Z`` (kept per
         row at a Taylor expansion point)."""

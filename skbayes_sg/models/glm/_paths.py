@@ -39,34 +39,55 @@ class PathsMixin:
 
         One pass over the rows: each block's predictors for all M points are one product
         ``X_b [W_1 ... W_M]``, and their gradient sums one product with ``X_b'``, so scoring a
-        fit's draws (the kernel Stein discrepancy) costs about one pass, not M.
+        fit's draws (the kernel Stein discrepancy) costs about one pass, not M. Without extra
+        parameters the block's (n, M K) predictors stay rows first from one product to the
+        other (the family's :meth:`~._family.Family.draw_residuals` in place): no transposed
+        copy of them, half the pass's time at N = 1e6, M = 100.
         """
         thetas = np.atleast_2d(np.asarray(thetas, dtype=float))
         M, D, K = thetas.shape[0], self.n_features, self.n_outputs
         W, b, _ = self.unpack(thetas)
         W_all = np.ascontiguousarray(W.transpose(1, 0, 2).reshape(D, M * K))
-        extra = self._extra(thetas)
-
-        def sums(block):
-            n = block.X.shape[0]
-            Z = np.asarray(block.X @ W_all).reshape(n, M, K).transpose(1, 0, 2) + b[:, None, :]
-            if block.offset is not None:
-                Z += block.offset[:, None]
-            R, E = self._weighed(
-                block.sample_weight, *self.family.gradient_terms(Z, np.broadcast_to(block.y, (M, n)), extra)
-            )
-            G = np.asarray(transpose(block.X) @ R.transpose(1, 0, 2).reshape(n, M * K))
-            parts = [G.reshape(D, M, K).transpose(1, 0, 2).reshape(M, D * K)]
-            if self.fit_intercept:
-                parts.append(R.sum(axis=1))
-            if E is not None:
-                parts.append(E.sum(axis=1))
-            return np.concatenate(parts, axis=1)
-
+        sums = self._draw_sums if self._n_extra == 0 else self._draw_sums_extra
         # A block holds the predictors of every point: at most a usual block's rows, and few
         # enough that the block's M predictors stay within 16 usual blocks' elements.
         rows = max(1, min(self._block_rows(), 16 * _rows.BLOCK_ELEMENTS // (M * K)))
-        return self.rows.reduce_blocks(sums, rows) + self.grad_log_prior(thetas)
+        part = lambda block: sums(block, W_all, b, thetas)  # noqa: E731
+        return self.rows.reduce_blocks(part, rows) + self.grad_log_prior(thetas)
+
+    def _draw_sums(self, block, W_all, b, thetas):
+        """One block's gradient sums (M, P) at M points, rows first (no extra parameters)."""
+        n, (D, MK) = block.X.shape[0], W_all.shape
+        M, K = b.shape
+        Z = np.asarray(block.X @ W_all).reshape(n, M, K)
+        Z += b
+        if block.offset is not None:
+            Z += block.offset[:, None, None]
+        R = self.family.draw_residuals(Z, block.y)
+        if block.sample_weight is not None:
+            R *= block.sample_weight[:, None, None]
+        G = np.asarray(transpose(block.X) @ R.reshape(n, MK))
+        parts = [G.reshape(D, M, K).transpose(1, 0, 2).reshape(M, D * K)]
+        if self.fit_intercept:
+            parts.append(R.sum(axis=0))
+        return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+
+    def _draw_sums_extra(self, block, W_all, b, thetas):
+        """:meth:`_draw_sums` for a family with extra parameters, points first."""
+        n, (D, MK) = block.X.shape[0], W_all.shape
+        M, K = b.shape
+        Z = np.asarray(block.X @ W_all).reshape(n, M, K).transpose(1, 0, 2) + b[:, None, :]
+        if block.offset is not None:
+            Z += block.offset[:, None]
+        R, E = self._weighed(
+            block.sample_weight, *self.family.gradient_terms(Z, np.broadcast_to(block.y, (M, n)), self._extra(thetas))
+        )
+        G = np.asarray(transpose(block.X) @ R.transpose(1, 0, 2).reshape(n, MK))
+        parts = [G.reshape(D, M, K).transpose(1, 0, 2).reshape(M, D * K)]
+        if self.fit_intercept:
+            parts.append(R.sum(axis=1))
+        parts.append(E.sum(axis=1))
+        return np.concatenate(parts, axis=1)
 
     def grad_log_prior_paths(self, thetas):
         return self.grad_log_prior(np.atleast_2d(np.asarray(thetas, dtype=float)))

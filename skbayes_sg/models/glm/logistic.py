@@ -18,6 +18,17 @@ class LogisticFamily(Family):
     def gradient_terms(self, Z, y, extra):
         return (y - expit(Z[..., 0]))[..., None], None
 
+    def draw_residuals(self, Z, y):
+        # y - 1 / (1 + e^-z) in place, 2.4x faster than expit (see predict_mean); e^-z
+        # overflows to inf below z = -709, where the residual is y to double precision.
+        np.negative(Z, out=Z)
+        with np.errstate(over="ignore"):
+            np.exp(Z, out=Z)
+        Z += 1.0
+        np.reciprocal(Z, out=Z)
+        np.subtract(y[:, None, None], Z, out=Z)
+        return Z
+
     def curvature_state(self, Z, y):
         s = expit(Z)
         return s * (1.0 - s)
