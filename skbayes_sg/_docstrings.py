@@ -19,9 +19,10 @@ sampler : str or sampler instance, default="auto"
     :mod:`skbayes_sg.samplers`) or an instance such as ``SGHMC(step_size=1e-3,
     friction=10)``, whose hyperparameters can be tuned as ``sampler__step_size`` in
     ``GridSearchCV``. ``"auto"``: exact, Metropolis-adjusted HMC
-    (:class:`~skbayes_sg.samplers.HMC`) when the gradients are the full data
-    (``batch_size`` None, or ``"auto"`` on small data), mCCAdL with minibatches and in
-    ``partial_fit``; mCCAdL controls the parameter-dependent minibatch noise that biases
+    (:class:`~skbayes_sg.samplers.HMC`) on the full data (``batch_size`` None, or
+    ``"auto"`` while ``n_samples * (n_params + 30) <= 2,000,000``: about 34,000 rows of 28
+    features, where its nearly independent draws cost less than mCCAdL's iterations),
+    mCCAdL with minibatches and in ``partial_fit``; mCCAdL controls the parameter-dependent minibatch noise that biases
     SGHMC and SGNHT (see :class:`~skbayes_sg.samplers.MCCAdL`).""",
     "sampler_drbm": """\
 sampler : str or sampler instance, default="mccadl"

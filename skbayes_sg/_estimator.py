@@ -36,6 +36,16 @@ AUTO_BATCH_SIZE = 200
 #: noise that, at small N, is largest relative to the posterior (the control variate's
 #: expansion is least accurate where the posterior is least Gaussian).
 FULL_DATA_WORK = 200_000
+#: ``sampler="auto"`` runs exact HMC on the full data while ``N (P + EXACT_ROW_TERMS)`` is at
+#: most ``EXACT_WORK``, mCCAdL on minibatches above. HMC's cost is its ~2,000 full-data
+#: forces of all chains, each two products over the rows (``N P``) and the residuals' elementwise
+#: work (``N``, about 30 parameters' worth of products); mCCAdL's is its ~5,000 iterations,
+#: independent of ``N``. Measured (``benchmarks/auto_sampler_crossover.py``, default fits,
+#: HMC's time over mCCAdL's): 28 features, N = 10,000 / 20,000 / 35,000 / 50,000: 0.20 / 0.38 /
+#: 0.66 / 1.27; 100 features at N = 10,000: 0.58; 10 features at N = 100,000: 1.58; 300 features
+#: at N = 3,000: 0.12 (mCCAdL's iterations grow with P); a9a (123 features, 32,561 rows, far
+#: above the bound) HMC 4x slower.
+EXACT_WORK, EXACT_ROW_TERMS = 2_000_000, 30
 #: ``burn_in="auto"``: the fraction of each chain discarded, as in the papers, unless the
 #: sampler sets its own for chains started at draws of the Laplace approximation
 #: (``_laplace_burn_in``, the adaptive samplers'; ``_map_burn_in``, HMC's; see
@@ -315,20 +325,23 @@ class BaseSGBayes(BaseEstimator):
             if sample_weight is not None:
                 model.set_sample_weight(sample_weight)
             remote = getattr(getattr(model, "rows", None), "remote", False)
-            sampler = self._resolve_sampler(model.n_samples, model.n_params, remote, streaming)
+            in_memory = getattr(model, "_cache_row_norms", True)
+            sampler = self._resolve_sampler(model.n_samples, model.n_params, remote, streaming, in_memory)
             batch_size = self._batch_size(sampler, model.n_samples, model.n_params, remote)
             return fit_model(self, sampler, X, y, model, batch_size, streaming)
 
     #: What ``sampler="auto"`` takes when the gradients are the full data (None: mCCAdL always).
     _auto_exact_sampler = "hmc"
 
-    def _resolve_sampler(self, n_samples, n_params, remote=False, streaming=False):
+    def _resolve_sampler(self, n_samples, n_params, remote=False, streaming=False, in_memory=True):
         """The fit's sampler (:func:`~skbayes_sg.samplers.get_sampler`), ``"auto"`` resolved.
 
-        ``"auto"``: exact HMC (:class:`~skbayes_sg.samplers.HMC`, whitened at the MAP) when
-        ``batch_size`` (``"auto"`` or None) resolves to the full data, where a gradient costs
-        the same for every sampler and HMC's nearly independent draws need several times fewer
-        of them than mCCAdL's; mCCAdL for minibatches, for ``partial_fit`` (whose data grow
+        ``"auto"``: exact HMC (:class:`~skbayes_sg.samplers.HMC`, whitened at the MAP) on the
+        full data with ``batch_size=None``, and with ``batch_size="auto"`` while
+        ``N (P + EXACT_ROW_TERMS) <= EXACT_WORK`` (about 34,000 rows of 28 features), where
+        HMC's nearly independent draws cost fewer full-data gradients than mCCAdL's
+        iterations cost minibatch ones (memory-mapped rows: while ``batch_size="auto"``
+        resolves to the full data); mCCAdL for larger data, for ``partial_fit`` (whose data grow
         past the full-data size between calls, and whose chains would then change sampler) and
         for an estimator without an exact sampler (:attr:`_auto_exact_sampler` None: the DRBM).
         """
@@ -342,8 +355,14 @@ class BaseSGBayes(BaseEstimator):
         exact = self._auto_exact_sampler
         if exact is None or streaming or self.batch_size not in (None, "auto"):
             return minibatch
-        if self._batch_size(minibatch, n_samples, n_params, remote) is not None:
-            return minibatch
+        if self.batch_size == "auto":
+            if not in_memory:
+                # Rows read from disk: HMC's full-data passes (and its fused force's N x P
+                # matrix) only where a full gradient is as cheap as an iteration's overhead.
+                if self._batch_size(minibatch, n_samples, n_params, remote) is not None:
+                    return minibatch
+            elif remote or n_samples * (n_params + EXACT_ROW_TERMS) > EXACT_WORK:
+                return minibatch
         return get_sampler(exact)
 
     def _start_rng(self):

@@ -266,9 +266,11 @@ def test_bias_check_is_silent_on_exact_default_fits():
     est = _silent_fit(SGBayesLinearRegression(random_state=0), X, y)
     assert "ksd_pvalue" not in est.diagnostics_
     assert _exact_draws_pvalue(est) > _stein.BIAS_LEVEL
+    # Past the exact sampler's size (N (P + 30) > 2e6) the default is minibatch mCCAdL, whose
+    # fit runs the test.
     rng = np.random.default_rng(0)
-    X = rng.standard_normal((20_000, 10))
-    y = (rng.random(20_000) < 1 / (1 + np.exp(-X @ rng.standard_normal(10)))).astype(int)
+    X = rng.standard_normal((60_000, 10))
+    y = (rng.random(60_000) < 1 / (1 + np.exp(-X @ rng.standard_normal(10)))).astype(int)
     est = _silent_fit(SGBayesLogisticRegression(random_state=0), X, y)
     assert est.diagnostics_["ksd_pvalue"] > _stein.BIAS_LEVEL
 

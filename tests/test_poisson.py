@@ -180,14 +180,19 @@ def test_default_fit_is_exact_with_features_on_very_different_scales():
 
 
 @pytest.mark.statistical
-def test_default_fit_is_exact_on_randhie_doctor_visits():
+@pytest.mark.parametrize("sampler", ["auto", "mccadl"])
+def test_default_fit_is_exact_on_randhie_doctor_visits(sampler):
     # statsmodels' RAND health insurance experiment: 20,190 rows, 9 raw covariates, y = mdvis.
-    # N P > 200,000, so the default fit runs minibatches of 200 with control variates.
+    # N (P + 30) <= 2e6, so the default fit runs HMC on the full data; mCCAdL's default runs
+    # minibatches of 200 with control variates (N P > 200,000).
     datasets = pytest.importorskip("statsmodels.datasets")
     data = datasets.randhie.load_pandas()
     X, y = data.exog.to_numpy(float), data.endog.to_numpy(float)
-    reg = SGBayesPoissonRegressor(random_state=0).fit(X, y)
+    reg = SGBayesPoissonRegressor(sampler=sampler, random_state=0).fit(X, y)
     ref = poisson_reference(X, y, alpha=reg.alpha_, n_draws=5000)
     assert ref.ess > 3500
-    assert reg.diagnostics_["batch_size"] == 200 and reg.diagnostics_["gradient"] == "control_variate"
+    if sampler == "auto":
+        assert "acceptance_rate" in reg.diagnostics_ and reg.diagnostics_["gradient"] == "full"
+    else:
+        assert reg.diagnostics_["batch_size"] == 200 and reg.diagnostics_["gradient"] == "control_variate"
     _assert_exact(reg, ref)
