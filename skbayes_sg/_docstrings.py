@@ -21,7 +21,8 @@ sampler : str or sampler instance, default="auto"
     ``GridSearchCV``. ``"auto"``: exact, Metropolis-adjusted HMC
     (:class:`~skbayes_sg.samplers.HMC`) on the full data (``batch_size`` None, or
     ``"auto"`` while ``n_samples * (n_params + 30) <= 2,000,000``: about 34,000 rows of 28
-    features, where its nearly independent draws cost less than mCCAdL's iterations),
+    features, where its nearly independent draws cost less than mCCAdL's iterations; for
+    several classes or memory-mapped rows while ``n_samples * n_params <= 200,000``),
     mCCAdL with minibatches and in ``partial_fit``; mCCAdL controls the parameter-dependent minibatch noise that biases
     SGHMC and SGNHT (see :class:`~skbayes_sg.samplers.MCCAdL`).""",
     "sampler_drbm": """\

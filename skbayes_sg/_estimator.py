@@ -325,23 +325,23 @@ class BaseSGBayes(BaseEstimator):
             if sample_weight is not None:
                 model.set_sample_weight(sample_weight)
             remote = getattr(getattr(model, "rows", None), "remote", False)
-            in_memory = getattr(model, "_cache_row_norms", True)
-            sampler = self._resolve_sampler(model.n_samples, model.n_params, remote, streaming, in_memory)
+            sampler = self._resolve_sampler(model, remote, streaming)
             batch_size = self._batch_size(sampler, model.n_samples, model.n_params, remote)
             return fit_model(self, sampler, X, y, model, batch_size, streaming)
 
     #: What ``sampler="auto"`` takes when the gradients are the full data (None: mCCAdL always).
     _auto_exact_sampler = "hmc"
 
-    def _resolve_sampler(self, n_samples, n_params, remote=False, streaming=False, in_memory=True):
+    def _resolve_sampler(self, model, remote=False, streaming=False):
         """The fit's sampler (:func:`~skbayes_sg.samplers.get_sampler`), ``"auto"`` resolved.
 
         ``"auto"``: exact HMC (:class:`~skbayes_sg.samplers.HMC`, whitened at the MAP) on the
         full data with ``batch_size=None``, and with ``batch_size="auto"`` while
         ``N (P + EXACT_ROW_TERMS) <= EXACT_WORK`` (about 34,000 rows of 28 features), where
         HMC's nearly independent draws cost fewer full-data gradients than mCCAdL's
-        iterations cost minibatch ones (memory-mapped rows: while ``batch_size="auto"``
-        resolves to the full data); mCCAdL for larger data, for ``partial_fit`` (whose data grow
+        iterations cost minibatch ones (memory-mapped rows and several outputs: while
+        ``batch_size="auto"`` resolves to the full data); mCCAdL for larger data, for
+        ``partial_fit`` (whose data grow
         past the full-data size between calls, and whose chains would then change sampler) and
         for an estimator without an exact sampler (:attr:`_auto_exact_sampler` None: the DRBM).
         """
@@ -356,12 +356,15 @@ class BaseSGBayes(BaseEstimator):
         if exact is None or streaming or self.batch_size not in (None, "auto"):
             return minibatch
         if self.batch_size == "auto":
-            if not in_memory:
-                # Rows read from disk: HMC's full-data passes (and its fused force's N x P
-                # matrix) only where a full gradient is as cheap as an iteration's overhead.
-                if self._batch_size(minibatch, n_samples, n_params, remote) is not None:
+            N, P = model.n_samples, model.n_params
+            if getattr(model, "_cache_row_norms", True) and getattr(model, "n_outputs", 1) == 1:
+                if remote or N * (P + EXACT_ROW_TERMS) > EXACT_WORK:
                     return minibatch
-            elif remote or n_samples * (n_params + EXACT_ROW_TERMS) > EXACT_WORK:
+            elif self._batch_size(minibatch, N, P, remote) is not None:
+                # Rows read from disk (HMC's full-data passes, its fused force's N x P matrix)
+                # and several outputs (a softmax's posterior, far from its Laplace
+                # approximation, takes HMC 41 steps a trajectory on digits: 4x mCCAdL's time):
+                # HMC only where a full gradient is as cheap as an iteration's overhead.
                 return minibatch
         return get_sampler(exact)
 
