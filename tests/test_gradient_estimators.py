@@ -121,10 +121,11 @@ def test_row_distribution_draws_its_probabilities():
     assert np.abs(z).max() < 5.0
 
 
-@pytest.mark.parametrize("kind", ["skewed", "ties", "zeros", "uniform", "one_row"])
+@pytest.mark.parametrize("kind", ["skewed", "ties", "zeros", "uniform", "one_row", "lognormal", "one_heavy", "flat"])
 def test_row_distribution_alias_table_is_exact(kind):
     # The table's columns give row i the mass accept_i + sum_{k: alias_k = i} (1 - accept_k),
-    # which must be N p_i up to rounding: ties (equal weights), zero rows and a single row included.
+    # which must be N p_i up to rounding: ties (equal weights), zero rows and a single row included,
+    # few heavy rows among many light ones (lognormal, one_heavy) and a nearly flat p.
     rng = np.random.default_rng(5)
     N = 1 if kind == "one_row" else 997
     p = {
@@ -133,8 +134,15 @@ def test_row_distribution_alias_table_is_exact(kind):
         "zeros": np.where(rng.random(N) < 0.3, 0.0, rng.random(N)),
         "uniform": np.ones(N),
         "one_row": np.ones(N),
+        "lognormal": np.exp(3.0 * rng.standard_normal(N)),
+        "one_heavy": np.r_[1e4, np.ones(N - 1)],
+        "flat": 1.0 + 1e-9 * rng.standard_normal(N),
     }[kind]
     dist = RowDistribution(p)
+    assert dist.alias.dtype == np.int32  # rows below 2^31: half the bytes of the default index
+    in_place = RowDistribution(p.copy(), copy=False)  # the caller's array normalised in place: the same table
+    np.testing.assert_array_equal(in_place.accept, dist.accept)
+    np.testing.assert_array_equal(in_place.alias, dist.alias)
     mass = dist.accept.copy()
     np.add.at(mass, dist.alias, 1.0 - dist.accept)
     np.testing.assert_allclose(mass / N, p / p.sum(), rtol=0, atol=1e-12)

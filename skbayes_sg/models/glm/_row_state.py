@@ -81,7 +81,9 @@ class RowStateMixin:
             # q_i = ||L' x~_i||^2 is the chains' row weights too (whitened_row_weights, the
             # same L): computed once for both, an O(N D P) pass saved.
             q = self.whitened_row_weights(L, None)
-            return self.rows.map_rows(lambda block: self._predictor_weights(theta, block)[:, 0], self._block_rows()) * q
+            h = self.rows.map_rows(lambda block: self._predictor_weights(theta, block)[:, 0], self._block_rows())
+            h *= q  # in place: on large N a fresh N-vector costs more than the product
+            return h
 
         def leverages(block):
             w = self._predictor_weights(theta, block).sum(axis=1)
