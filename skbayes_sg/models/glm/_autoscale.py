@@ -18,6 +18,8 @@ AUTO_PRIOR_SCALE = 1.0
 
 # Rows per block when the columns' moments are accumulated (a memmap is never read whole).
 _BLOCK_ROWS = 4096
+# Rows of a block that FeatureExtremes.of reads first for values strictly inside a column's range.
+_HEAD_ROWS = 16
 
 
 def feature_scales(X, sample_weight=None, center=True, size=None):
@@ -33,8 +35,13 @@ def feature_scales(X, sample_weight=None, center=True, size=None):
     if hasattr(X, "reduce_blocks"):
         return _row_source_scales(X, center)
     n, D = X.shape
-    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
-    total_w = float(w.sum())
+    if sample_weight is None and not sp.issparse(X):
+        # Unit weights: no N-vector of ones (on large data a fresh allocation costs more than a
+        # pass), one block's (their sum, n, is exact).
+        w, total_w = None, float(n)
+    else:
+        w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        total_w = float(w.sum())
     if total_w <= 0 or n == 0:
         return np.zeros(D)
     if sp.issparse(X):
@@ -59,7 +66,7 @@ def feature_scales(X, sample_weight=None, center=True, size=None):
 
     def moments(start):
         block = np.asarray(X[start : start + _BLOCK_ROWS], dtype=float) / size - shift
-        wb = w[start : start + _BLOCK_ROWS]
+        wb = np.ones(block.shape[0]) if w is None else w[start : start + _BLOCK_ROWS]
         return wb @ block, wb @ (block * block)
 
     # The blocks' sums added in row order, as one thread adds them (on block_threads threads).
@@ -110,9 +117,17 @@ class FeatureExtremes:
         X = np.asarray(X, dtype=float)
         # fmin/fmax: the features are finite (validated), and they skip min's NaN checks (20x).
         lo, hi = np.fmin.reduce(X, axis=0), np.fmax.reduce(X, axis=0)
-        inside = X > lo
-        inside &= X < hi
-        return cls(lo, hi, inside.any(axis=0))
+        # A continuous column settles on its first rows (the middle one of three distinct values
+        # lies strictly inside the range): only the columns they leave open are read whole.
+        head = X[:_HEAD_ROWS]
+        between = ((head > lo) & (head < hi)).any(axis=0)
+        rest = np.flatnonzero(~between)
+        if rest.size:
+            Xr = X if rest.size == D else X[:, rest]
+            inside = Xr > lo[rest]
+            inside &= Xr < hi[rest]
+            between[rest] = inside.any(axis=0)
+        return cls(lo, hi, between)
 
     @classmethod
     def _of_sparse(cls, X):
