@@ -227,6 +227,15 @@ def test_leverages_are_the_hat_matrix_diagonal():
     # sum_i w_i x_i' H^-1 x_i = tr(H^-1 (H - alpha I)) = P - alpha tr(H^-1)
     assert h.sum() == pytest.approx(model.n_params - model.alpha * np.trace(np.linalg.inv(H)))
     assert np.all(h > 0) and np.all(h < 1)
+    # The pass that gave h cached the chains' row weights q_i = ||L' x~_i||^2 (same L): they are
+    # those of their own pass, and h is the same whichever of the two came first.
+    Xt = np.c_[model.X, np.ones(model.n_samples)]
+    q = model.whitened_row_weights(L, None)
+    np.testing.assert_allclose(q, np.sum((Xt @ L) ** 2, axis=1), rtol=1e-12)
+    other = _logistic()
+    np.testing.assert_array_equal(other.whitened_row_weights(L, None), q)
+    np.testing.assert_array_equal(other.leverage_scores(theta, L), h)
+    np.testing.assert_array_equal(model.leverage_scores(theta, L), h)
 
 
 # -- forces for stacks of paths at the caller's rows (multilevel SGLD) --------------------------
