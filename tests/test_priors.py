@@ -402,6 +402,14 @@ def test_feature_extremes_find_a_middle_value_past_the_first_rows():
             np.testing.assert_array_equal(ext.hi, kept.max(axis=0))
             n_values = [np.unique(column).size for column in kept.T]
             np.testing.assert_array_equal(ext.between, np.array(n_values) > 2)
+    # The columns' min and max with rows folded side by side: exact, whatever the rows left over.
+    from skbayes_sg.models.glm._autoscale import _column_reduce
+
+    for shape in [(1, 3), (37, 1), (4095, 28), (100, 123), (3, 2000)]:
+        Y = rng.normal(size=shape)
+        for Z in (Y, np.asfortranarray(Y)):
+            np.testing.assert_array_equal(_column_reduce(np.fmin, Z), Y.min(axis=0))
+            np.testing.assert_array_equal(_column_reduce(np.fmax, Z), Y.max(axis=0))
 
 
 def test_default_alpha_is_the_features_variance_and_explicit_alpha_keeps_its_meaning(diabetes):

@@ -65,9 +65,12 @@ def feature_scales(X, sample_weight=None, center=True, size=None):
     shift = np.asarray(X[:1], dtype=float).ravel() / size if center else np.zeros(D)
 
     def moments(start):
-        block = np.asarray(X[start : start + _BLOCK_ROWS], dtype=float) / size - shift
+        # One temporary a block, worked in place (the same values as (x / size - shift) and its square).
+        block = np.asarray(X[start : start + _BLOCK_ROWS], dtype=float) / size
+        block -= shift
         wb = np.ones(block.shape[0]) if w is None else w[start : start + _BLOCK_ROWS]
-        return wb @ block, wb @ (block * block)
+        m1 = wb @ block
+        return m1, wb @ np.multiply(block, block, out=block)
 
     # The blocks' sums added in row order, as one thread adds them (on block_threads threads).
     s1, s2 = np.zeros(D), np.zeros(D)
@@ -116,7 +119,7 @@ class FeatureExtremes:
             return cls._of_sparse(sp.csr_matrix(X))
         X = np.asarray(X, dtype=float)
         # fmin/fmax: the features are finite (validated), and they skip min's NaN checks (20x).
-        lo, hi = np.fmin.reduce(X, axis=0), np.fmax.reduce(X, axis=0)
+        lo, hi = _column_reduce(np.fmin, X), _column_reduce(np.fmax, X)
         # A continuous column settles on its first rows (the middle one of three distinct values
         # lies strictly inside the range): only the columns they leave open are read whole.
         head = X[:_HEAD_ROWS]
@@ -158,6 +161,19 @@ class FeatureExtremes:
     def range(self):
         """``hi - lo`` of every column."""
         return self.hi - self.lo
+
+
+def _column_reduce(ufunc, X):
+    """``ufunc.reduce(X, axis=0)`` of a C-ordered ``X`` (n, D) with ``k`` consecutive rows side by
+    side, a (n / k, k D) view, then over the ``k``: a reduction along a row of D = 28 values
+    runs at a third of the speed of one along ~1,000. Exact for min and max, whatever the order."""
+    n, D = X.shape
+    k = min(max(1, 1024 // max(D, 1)), n)
+    m = n - n % k
+    if k == 1 or not X.flags.c_contiguous:
+        return ufunc.reduce(X, axis=0)
+    out = ufunc.reduce(ufunc.reduce(X[:m].reshape(m // k, k * D), axis=0).reshape(k, D), axis=0)
+    return out if m == n else ufunc(out, ufunc.reduce(X[m:], axis=0))
 
 
 def feature_extremes(X, sample_weight=None):
