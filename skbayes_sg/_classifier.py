@@ -58,6 +58,8 @@ def _check_targets_and_find_classes(y):
         block = y[rows]
         if block.dtype.kind == "f" and np.any(block != block.astype(np.int64)):
             check_classification_targets(block)  # a continuous target: raises sklearn's error
+        if classes is not None and _integer_run(block, classes) >= 0:
+            continue  # two reductions instead of a hash of the block: the classes are unchanged
         unique = np.unique(block)
         classes = unique if classes is None else np.union1d(classes, unique)
     if classes.size > 2 and n > 20 and classes.size > round(0.5 * n):
@@ -71,6 +73,18 @@ def _check_targets_and_find_classes(y):
     return classes
 
 
+def _integer_run(block, classes):
+    """The index in ``classes`` of the smallest of the integer labels ``block`` when ``classes``
+    hold every integer from the block's smallest label to its largest (so all its labels,
+    the code of label ``v`` being ``i + v - classes[i]``), else -1."""
+    if block.dtype.kind not in "iu" or classes.dtype.kind not in "iu":
+        return -1
+    lo, hi = block.min(), block.max()
+    i, j = np.searchsorted(classes, [lo, hi])
+    covered = j < classes.size and classes[i] == lo and classes[j] == hi and j - i == int(hi) - int(lo)
+    return int(i) if covered else -1
+
+
 def _encode_labels(y, classes, check_known=False):
     """Codes of ``y`` in the sorted ``classes``, in the smallest unsigned dtype that holds them.
 
@@ -80,6 +94,14 @@ def _encode_labels(y, classes, check_known=False):
     unknown = []
     for rows in _label_blocks(y.shape[0]):
         block = y[rows]
+        first = -1 if check_known else _integer_run(block, classes)
+        if first >= 0:
+            # Integer labels in a run of consecutive classes (0..K-1, say): a label's code is its
+            # offset from the run's first class plus that class's code, what the search finds.
+            out = codes[rows]
+            np.subtract(block, classes[first], out=out, casting="unsafe")
+            out += first
+            continue
         where = np.searchsorted(classes, block)
         if check_known:
             np.minimum(where, classes.size - 1, out=where)

@@ -175,11 +175,17 @@ def leverage_probabilities(model, theta_map, L):
     h = None if scores is None else scores(theta_map, L)
     if h is None or not np.all(np.isfinite(h)) or h.sum() <= 0:
         return None
+    # h is this call's own: (1 - DEFENSIVE) h / sum h + the defensive part, computed in place
+    # (the same operations in the same order), no N-vector allocated on the way.
+    total = h.sum()
+    h *= 1.0 - DEFENSIVE
+    h /= total
     w = getattr(model, "sample_weight", None)
     if w is not None:
-        return RowDistribution((1.0 - DEFENSIVE) * h / h.sum() + DEFENSIVE * w / w.sum())
-    N = h.size
-    return RowDistribution((1.0 - DEFENSIVE) * h / h.sum() + DEFENSIVE / N)
+        h += DEFENSIVE * w / w.sum()
+    else:
+        h += DEFENSIVE / h.size
+    return RowDistribution(h, copy=False)
 
 
 def noise_probe(chain_model, geometry, batch_size, batch_scheme="replacement", seed=0):

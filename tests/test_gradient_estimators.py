@@ -121,10 +121,11 @@ def test_row_distribution_draws_its_probabilities():
     assert np.abs(z).max() < 5.0
 
 
-@pytest.mark.parametrize("kind", ["skewed", "ties", "zeros", "uniform", "one_row"])
+@pytest.mark.parametrize("kind", ["skewed", "ties", "zeros", "uniform", "one_row", "lognormal", "one_heavy", "flat"])
 def test_row_distribution_alias_table_is_exact(kind):
     # The table's columns give row i the mass accept_i + sum_{k: alias_k = i} (1 - accept_k),
-    # which must be N p_i up to rounding: ties (equal weights), zero rows and a single row included.
+    # which must be N p_i up to rounding: ties (equal weights), zero rows and a single row included,
+    # few heavy rows among many light ones (lognormal, one_heavy) and a nearly flat p.
     rng = np.random.default_rng(5)
     N = 1 if kind == "one_row" else 997
     p = {
@@ -133,8 +134,14 @@ def test_row_distribution_alias_table_is_exact(kind):
         "zeros": np.where(rng.random(N) < 0.3, 0.0, rng.random(N)),
         "uniform": np.ones(N),
         "one_row": np.ones(N),
+        "lognormal": np.exp(3.0 * rng.standard_normal(N)),
+        "one_heavy": np.r_[1e4, np.ones(N - 1)],
+        "flat": 1.0 + 1e-9 * rng.standard_normal(N),
     }[kind]
     dist = RowDistribution(p)
+    in_place = RowDistribution(p.copy(), copy=False)  # the caller's array normalised in place: the same table
+    np.testing.assert_array_equal(in_place.accept, dist.accept)
+    np.testing.assert_array_equal(in_place.alias, dist.alias)
     mass = dist.accept.copy()
     np.add.at(mass, dist.alias, 1.0 - dist.accept)
     np.testing.assert_allclose(mass / N, p / p.sum(), rtol=0, atol=1e-12)
@@ -219,6 +226,15 @@ def test_leverages_are_the_hat_matrix_diagonal():
     # sum_i w_i x_i' H^-1 x_i = tr(H^-1 (H - alpha I)) = P - alpha tr(H^-1)
     assert h.sum() == pytest.approx(model.n_params - model.alpha * np.trace(np.linalg.inv(H)))
     assert np.all(h > 0) and np.all(h < 1)
+    # The pass that gave h cached the chains' row weights q_i = ||L' x~_i||^2 (same L): they are
+    # those of their own pass, and h is the same whichever of the two came first.
+    Xt = np.c_[model.X, np.ones(model.n_samples)]
+    q = model.whitened_row_weights(L, None)
+    np.testing.assert_allclose(q, np.sum((Xt @ L) ** 2, axis=1), rtol=1e-12)
+    other = _logistic()
+    np.testing.assert_array_equal(other.whitened_row_weights(L, None), q)
+    np.testing.assert_array_equal(other.leverage_scores(theta, L), h)
+    np.testing.assert_array_equal(model.leverage_scores(theta, L), h)
 
 
 # -- forces for stacks of paths at the caller's rows (multilevel SGLD) --------------------------

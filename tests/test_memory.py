@@ -241,6 +241,27 @@ def test_blockwise_classes_and_codes_match_np_unique(small_blocks, labels):
     assert _classifier._class_code_dtype(256) == np.uint8 and _classifier._class_code_dtype(257) == np.uint16
 
 
+@pytest.mark.parametrize(
+    "y",
+    [
+        np.array([0, 1] * 40),  # blocks within the classes seen: their two-reduction check
+        np.r_[np.zeros(40, int), np.ones(40, int), 2],  # a new class after a run of the first two
+        np.r_[np.zeros(40, int), 2 * np.ones(40, int), 1],  # a gap the later block fills
+        np.r_[np.full(20, 5, np.uint16), np.arange(3, 9, dtype=np.uint16)],
+        np.arange(-128, 128, dtype=np.int8)[::-1],  # codes 0..255 from int8 labels (wrapping arithmetic)
+        np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max] * 10),
+    ],
+)
+def test_blockwise_integer_labels_match_np_unique(small_blocks, y):
+    classes, inverse = np.unique(y, return_inverse=True)
+    found = _classifier._check_targets_and_find_classes(y)
+    np.testing.assert_array_equal(found, classes)
+    assert found.dtype == classes.dtype
+    codes = _classifier._encode_labels(y, found)
+    assert codes.dtype == _classifier._class_code_dtype(classes.size)
+    np.testing.assert_array_equal(codes, inverse)
+
+
 def test_blockwise_checks_raise_sklearns_errors(small_blocks):
     y = np.zeros(50)
     y[::2] = 1.0

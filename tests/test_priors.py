@@ -383,6 +383,35 @@ def test_auto_alpha_scales_a_binary_feature_by_its_range():
         np.testing.assert_array_equal(getattr(total, name), getattr(whole, name))
 
 
+def test_feature_extremes_find_a_middle_value_past_the_first_rows():
+    # FeatureExtremes.of settles continuous columns on a block's first rows and reads the others
+    # whole: a column whose middle value comes late, a binary, a constant and a continuous one
+    # (with and without zero weights) against np.unique, also when no column settles early.
+    from skbayes_sg.models.glm import FeatureExtremes
+
+    rng = np.random.default_rng(1)
+    n = 500
+    late = np.where(np.arange(n) % 2 == 0, -1.0, 4.0)
+    late[400] = 0.5  # the only value strictly inside [-1, 4]
+    X = np.c_[late, (rng.random(n) < 0.5) * 2.0, np.full(n, 3.0), rng.normal(size=n)]
+    for data in (X, X[:, :3]):
+        for w in (None, np.r_[np.ones(400), 0.0, np.ones(n - 401)]):
+            kept = data if w is None else data[w > 0]
+            ext = FeatureExtremes.of(data, w)
+            np.testing.assert_array_equal(ext.lo, kept.min(axis=0))
+            np.testing.assert_array_equal(ext.hi, kept.max(axis=0))
+            n_values = [np.unique(column).size for column in kept.T]
+            np.testing.assert_array_equal(ext.between, np.array(n_values) > 2)
+    # The columns' min and max with rows folded side by side: exact, whatever the rows left over.
+    from skbayes_sg.models.glm._autoscale import _column_reduce
+
+    for shape in [(1, 3), (37, 1), (4095, 28), (100, 123), (3, 2000)]:
+        Y = rng.normal(size=shape)
+        for Z in (Y, np.asfortranarray(Y)):
+            np.testing.assert_array_equal(_column_reduce(np.fmin, Z), Y.min(axis=0))
+            np.testing.assert_array_equal(_column_reduce(np.fmax, Z), Y.max(axis=0))
+
+
 def test_default_alpha_is_the_features_variance_and_explicit_alpha_keeps_its_meaning(diabetes):
     from skbayes_sg.models.glm import auto_alpha, feature_scales
 

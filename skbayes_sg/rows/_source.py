@@ -302,9 +302,20 @@ class RowSource:
         many = isinstance(width, tuple)
         widths = width if many else (width,)
         outs = tuple(np.empty((self.n_rows,) if w is None else (self.n_rows, w)) for w in widths)
-        for rows, parts in self._block_results(f, rows_per_block):
+
+        def place(rows):
+            # Written by the thread that computed the block: on large N the first writes to the
+            # fresh outputs are much of a pass (page faults), and so they share its threads.
+            parts = f(self.block(rows))
             for out, part in zip(outs, parts if many else (parts,)):
                 out[slice(None) if rows is None else rows] = part
+
+        slices = self.block_slices(rows_per_block)
+        if len(slices) == 1:
+            place(slices[0])
+        else:
+            for _ in ordered_map(place, slices):
+                pass
         return outs if many else outs[0]
 
     def prefetch(self, idx, owner=None):

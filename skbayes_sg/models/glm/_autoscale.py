@@ -18,6 +18,8 @@ AUTO_PRIOR_SCALE = 1.0
 
 # Rows per block when the columns' moments are accumulated (a memmap is never read whole).
 _BLOCK_ROWS = 4096
+# Rows of a block that FeatureExtremes.of reads first for values strictly inside a column's range.
+_HEAD_ROWS = 16
 
 
 def feature_scales(X, sample_weight=None, center=True, size=None):
@@ -33,8 +35,13 @@ def feature_scales(X, sample_weight=None, center=True, size=None):
     if hasattr(X, "reduce_blocks"):
         return _row_source_scales(X, center)
     n, D = X.shape
-    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
-    total_w = float(w.sum())
+    if sample_weight is None and not sp.issparse(X):
+        # Unit weights: no N-vector of ones (on large data a fresh allocation costs more than a
+        # pass), one block's (their sum, n, is exact).
+        w, total_w = None, float(n)
+    else:
+        w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        total_w = float(w.sum())
     if total_w <= 0 or n == 0:
         return np.zeros(D)
     if sp.issparse(X):
@@ -58,9 +65,12 @@ def feature_scales(X, sample_weight=None, center=True, size=None):
     shift = np.asarray(X[:1], dtype=float).ravel() / size if center else np.zeros(D)
 
     def moments(start):
-        block = np.asarray(X[start : start + _BLOCK_ROWS], dtype=float) / size - shift
-        wb = w[start : start + _BLOCK_ROWS]
-        return wb @ block, wb @ (block * block)
+        # One temporary a block, worked in place (the same values as (x / size - shift) and its square).
+        block = np.asarray(X[start : start + _BLOCK_ROWS], dtype=float) / size
+        block -= shift
+        wb = np.ones(block.shape[0]) if w is None else w[start : start + _BLOCK_ROWS]
+        m1 = wb @ block
+        return m1, wb @ np.multiply(block, block, out=block)
 
     # The blocks' sums added in row order, as one thread adds them (on block_threads threads).
     s1, s2 = np.zeros(D), np.zeros(D)
@@ -109,10 +119,18 @@ class FeatureExtremes:
             return cls._of_sparse(sp.csr_matrix(X))
         X = np.asarray(X, dtype=float)
         # fmin/fmax: the features are finite (validated), and they skip min's NaN checks (20x).
-        lo, hi = np.fmin.reduce(X, axis=0), np.fmax.reduce(X, axis=0)
-        inside = X > lo
-        inside &= X < hi
-        return cls(lo, hi, inside.any(axis=0))
+        lo, hi = _column_reduce(np.fmin, X), _column_reduce(np.fmax, X)
+        # A continuous column settles on its first rows (the middle one of three distinct values
+        # lies strictly inside the range): only the columns they leave open are read whole.
+        head = X[:_HEAD_ROWS]
+        between = ((head > lo) & (head < hi)).any(axis=0)
+        rest = np.flatnonzero(~between)
+        if rest.size:
+            Xr = X if rest.size == D else X[:, rest]
+            inside = Xr > lo[rest]
+            inside &= Xr < hi[rest]
+            between[rest] = inside.any(axis=0)
+        return cls(lo, hi, between)
 
     @classmethod
     def _of_sparse(cls, X):
@@ -143,6 +161,19 @@ class FeatureExtremes:
     def range(self):
         """``hi - lo`` of every column."""
         return self.hi - self.lo
+
+
+def _column_reduce(ufunc, X):
+    """``ufunc.reduce(X, axis=0)`` of a C-ordered ``X`` (n, D) with ``k`` consecutive rows side by
+    side, a (n / k, k D) view, then over the ``k``: a reduction along a row of D = 28 values
+    runs at a third of the speed of one along ~1,000. Exact for min and max, whatever the order."""
+    n, D = X.shape
+    k = min(max(1, 1024 // max(D, 1)), n)
+    m = n - n % k
+    if k == 1 or not X.flags.c_contiguous:
+        return ufunc.reduce(X, axis=0)
+    out = ufunc.reduce(ufunc.reduce(X[:m].reshape(m // k, k * D), axis=0).reshape(k, D), axis=0)
+    return out if m == n else ufunc(out, ufunc.reduce(X[m:], axis=0))
 
 
 def feature_extremes(X, sample_weight=None):

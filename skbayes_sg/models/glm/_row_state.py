@@ -79,9 +79,19 @@ class RowStateMixin:
 
         if self.n_outputs == 1 and self._cache_row_norms and L.dtype == float:
             # q_i = ||L' x~_i||^2 is the chains' row weights too (whitened_row_weights, the
-            # same L): computed once for both, an O(N D P) pass saved.
-            q = self.whitened_row_weights(L, None)
-            return self.rows.map_rows(lambda block: self._predictor_weights(theta, block)[:, 0], self._block_rows()) * q
+            # same L): computed once for both, an O(N D P) pass saved, and in the same pass
+            # over X as the curvature weights when it is not cached yet (each block's values
+            # are those of a pass of its own).
+            weights = lambda block: self._predictor_weights(theta, block)[:, 0]  # noqa: E731
+            cache = self._row_weight_cache
+            if cache is not None and cache[0] is L:
+                q, h = cache[1], self.rows.map_rows(weights, self._block_rows())
+            else:
+                both = lambda block: (self._row_weights_of(L, block.X), weights(block))  # noqa: E731
+                q, h = self.rows.map_rows(both, self._block_rows(), (None, None))
+                self._row_weight_cache = (L, q)
+            h *= q  # in place: on large N a fresh N-vector costs more than the product
+            return h
 
         def leverages(block):
             w = self._predictor_weights(theta, block).sum(axis=1)
