@@ -252,6 +252,8 @@ def test_blockwise_classes_and_codes_match_np_unique(small_blocks, labels):
         np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max] * 10),
     ],
 )
+# Labels as many as the rows (the int8 case) are what scikit-learn warns may be a regression target.
+@pytest.mark.filterwarnings("ignore:The number of unique classes:UserWarning")
 def test_blockwise_integer_labels_match_np_unique(small_blocks, y):
     classes, inverse = np.unique(y, return_inverse=True)
     found = _classifier._check_targets_and_find_classes(y)
