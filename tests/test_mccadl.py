@@ -324,3 +324,36 @@ def test_sigma_estimate_auto_follows_the_gradient_estimator():
             assert fits["auto"].diagnostics_["sigma_minibatches_per_iter"] == per_iter
         else:
             assert fits["auto"].diagnostics_["sigma_minibatches_per_iter"] > 0
+
+
+@pytest.mark.statistical
+def test_large_data_default_takes_twice_the_step_and_stays_exact():
+    # Past the exact sampler's bound (N (P + 30) > 2e6), whitened at the MAP, the default's
+    # curvature constant doubles (h = 0.4): the draws must still match the posterior, here its
+    # Laplace approximation (at N = 60,000 and P = 11 off by about 1/sqrt(N / P) = 0.014 sd,
+    # allowed 0.02 sd in quadrature with each MCSE).
+    from scipy.special import expit
+
+    from skbayes_sg import SGBayesLogisticRegression
+    from skbayes_sg.models import find_map
+
+    from ._exact import Z_MAX, mcse_sd
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((60_000, 10))
+    y = (rng.random(60_000) < expit(X @ (0.5 * rng.standard_normal(10)) + 0.3)).astype(int)
+    est = SGBayesLogisticRegression(random_state=0).fit(X, y)
+    d = est.diagnostics_
+    assert d["gradient"] == "control_variate" and d["preconditioner"] == "dense"
+    assert d["step_size"] == pytest.approx(2 * MCCAdL._auto_step_constant)  # the noise cap is far
+    model = est._build_model(X, y)
+    theta_map, _ = find_map(model)
+    sd = np.sqrt(np.diag(np.linalg.inv(model.hessian(theta_map))))
+    draws = est.samples_
+    flat = draws.reshape(-1, draws.shape[-1])
+    z_mean = (flat.mean(axis=0) - theta_map) / np.hypot(mcse_mean(draws), 0.02 * sd)
+    z_sd = (flat.std(axis=0, ddof=1) - sd) / np.hypot(mcse_sd(draws), 0.02 * sd)
+    assert np.abs(z_mean).max() < Z_MAX and np.abs(z_sd).max() < Z_MAX, (z_mean, z_sd)
+    # Below the bound the same sampler keeps its constant.
+    small = SGBayesLogisticRegression(sampler="mccadl", n_iter=200, random_state=0).fit(X[:5000], y[:5000])
+    assert small.diagnostics_["step_size"] == pytest.approx(MCCAdL._auto_step_constant)

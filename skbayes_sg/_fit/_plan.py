@@ -155,7 +155,7 @@ def plan_fresh(est, sampler, model, batch_size):
         curvature_at,
         lambda_max=lam,
         sigma_max=sigma_max,
-        scale=est._auto_step_scale(sampler),
+        scale=est._fresh_step_scale(sampler, model, geometry.preconditioner),
         initial_factor=initial_factor,
     )
     return ChainPlan(geometry, chain_model, starts, context, 0, None, batch_size)
