@@ -70,7 +70,10 @@ class MCCAdL(ThermostatSampler):
     ----------
     step_size : float or "auto", default="auto"
         ``h``; ``"auto"`` sets ``h = 0.2 / sqrt(lambda_max)`` from the largest curvature of
-        the negative log posterior at the initial point, as for :class:`SGNHT`.
+        the negative log posterior at the initial point, as for :class:`SGNHT` (the
+        estimators double the constant on large data whitened at the MAP, where the
+        posterior is near its Laplace approximation: ``_estimator.LARGE_DATA_STEP_SCALE``),
+        capped where the gradient noise's predicted error reaches its tolerance.
     friction : float, default=1.0
         ``A``, the effective friction: strength of the injected noise and the value at
         which ``xi`` starts and settles.
