@@ -55,6 +55,13 @@ EXACT_WORK, EXACT_ROW_TERMS = 2_000_000, 30
 #: 0.964-1.063, R-hat <= 1.008, against 0.038 / 0.025 / 0.026 sd and 0.951-1.061 at h = 0.2) with
 #: 2,330 iterations instead of 5,000 (``benchmarks/synthetic_scaling.py``).
 LARGE_DATA_STEP_SCALE = 2.0
+
+
+def _past_exact_bound(model):
+    """Whether ``model``'s data are past the exact sampler's bound, ``N (P + EXACT_ROW_TERMS) > EXACT_WORK``."""
+    return model.n_samples * (model.n_params + EXACT_ROW_TERMS) > EXACT_WORK
+
+
 #: ``burn_in="auto"``: the fraction of each chain discarded, as in the papers, unless the
 #: sampler sets its own for chains started at draws of the Laplace approximation
 #: (``_laplace_burn_in``, the adaptive samplers'; ``_map_burn_in``, HMC's; see
@@ -184,8 +191,7 @@ class BaseSGBayes(BaseEstimator):
         (``preconditioner == "dense"``) on data past the exact sampler's bound
         (``N (P + EXACT_ROW_TERMS) > EXACT_WORK``)."""
         scale = self._auto_step_scale(sampler)
-        large = model.n_samples * (model.n_params + EXACT_ROW_TERMS) > EXACT_WORK
-        if isinstance(sampler, MCCAdL) and preconditioner == "dense" and large:
+        if isinstance(sampler, MCCAdL) and preconditioner == "dense" and _past_exact_bound(model):
             scale *= LARGE_DATA_STEP_SCALE
         return scale
 
@@ -375,18 +381,17 @@ class BaseSGBayes(BaseEstimator):
         exact = self._auto_exact_sampler
         if exact is None or streaming or self.batch_size not in (None, "auto"):
             return minibatch
-        if self.batch_size == "auto":
-            N, P = model.n_samples, model.n_params
-            if getattr(model, "_cache_row_norms", True) and getattr(model, "n_outputs", 1) == 1:
-                if remote or N * (P + EXACT_ROW_TERMS) > EXACT_WORK:
-                    return minibatch
-            elif self._batch_size(minibatch, N, P, remote) is not None:
-                # Rows read from disk (HMC's full-data passes, its fused force's N x P matrix)
-                # and several outputs (a softmax's posterior, far from its Laplace
-                # approximation, takes HMC 41 steps a trajectory on digits: 4x mCCAdL's time):
-                # HMC only where a full gradient is as cheap as an iteration's overhead.
-                return minibatch
-        return get_sampler(exact)
+        if self.batch_size is None:
+            return get_sampler(exact)
+        if getattr(model, "_cache_row_norms", True) and getattr(model, "n_outputs", 1) == 1:
+            small = not (remote or _past_exact_bound(model))
+        else:
+            # Rows read from disk (HMC's full-data passes, its fused force's N x P matrix) and
+            # several outputs (a softmax's posterior, far from its Laplace approximation, takes
+            # HMC 41 steps a trajectory on digits: 4x mCCAdL's time): HMC only where a full
+            # gradient is as cheap as an iteration's overhead.
+            small = self._batch_size(minibatch, model.n_samples, model.n_params, remote) is None
+        return get_sampler(exact) if small else minibatch
 
     def _start_rng(self):
         """Generator of the chains' starting jitter, apart from the chains' own streams."""

@@ -243,7 +243,7 @@ def fit_statistics(chain_model, thetas, n_chains, n_grad_evals, geometry_whitene
     return {"x": z * scale, "s": scores / scale, "index": index, "coordinates": "scaled"}
 
 
-def test_index(m, ess, n_chains):
+def bias_test_index(m, ess, n_chains):
     """Indices of the draws the bias test uses, or None for no test: the fit's ``m`` KSD
     draws (``n_chains`` equal runs, chain by chain) thinned further to about ``ess`` (the
     smallest bulk ESS of the parameters; at most ``MAX_TEST_DRAWS``), evenly over each chain,
@@ -255,15 +255,11 @@ def test_index(m, ess, n_chains):
     return None if keep.size < MIN_TEST_DRAWS else keep
 
 
-def bias_test(K, ess, n_chains, seed=0):
-    """``(ksd, p_value, n_test)`` of the bias test on the Stein kernel matrix ``K`` of a
-    fit's draws (``n_chains`` equal runs of draws, chain by chain), or None: the draws of
-    :func:`test_index` and the :func:`bootstrap_pvalue` of their kernel.
-    """
-    m = K.shape[0]
-    keep = test_index(m, ess, n_chains)
-    if keep is None:
-        return None
-    if keep.size < m:
-        K = K[np.ix_(keep, keep)]
-    return ksd_from_kernel(K), bootstrap_pvalue(K, seed=seed), int(keep.size)
+def fit_ksd(x, s, ess=None, n_chains=1, seed=0):
+    """``(ksd, p_value)`` of a fit's KSD draws ``x`` and scores ``s`` (``n_chains`` equal runs,
+    chain by chain): the KSD of all of them (:func:`stein_statistics`) and, given ``ess``,
+    the bias test's :func:`bootstrap_pvalue` on the draws of :func:`bias_test_index` (None without
+    ``ess`` or when there are too few)."""
+    keep = None if ess is None else bias_test_index(len(x), ess, n_chains)
+    ksd, K_keep = stein_statistics(x, s, keep)
+    return ksd, None if K_keep is None else bootstrap_pvalue(K_keep, seed=seed)

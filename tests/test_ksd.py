@@ -249,9 +249,8 @@ def _silent_fit(est, X, y):
 
 def _exact_draws_pvalue(est):
     """The bias test on the KSD draws a fit kept, as the fit would have run it."""
-    K = _stein.imq_stein_kernel(est._stein["x"], est._stein["s"])
     ess = float(np.min(est.diagnostics_["ess"]))
-    return _stein.bias_test(K, ess, est.samples_.shape[0])[1]
+    return _stein.fit_ksd(est._stein["x"], est._stein["s"], ess, est.samples_.shape[0])[1]
 
 
 def test_bias_check_is_silent_on_exact_default_fits():

@@ -42,12 +42,11 @@ def score_draws(est, chain_model, geometry, n_grad, bias_test=True):
         geometry.L is not None,
         lambda t: Geometry.to_chain(chain_model, t),
     )
-    keep = None
+    lowest = None
     if bias_test:
         ess = np.asarray(est.diagnostics_.get("ess", np.nan), dtype=float)
         lowest = float(np.min(ess)) if ess.size else np.nan
-        keep = _stein.test_index(len(est._stein["x"]), lowest, est.samples_.shape[0])
-    ksd, K_keep = _stein.stein_statistics(est._stein["x"], est._stein["s"], keep)
+    ksd, p_value = _stein.fit_ksd(est._stein["x"], est._stein["s"], lowest, est.samples_.shape[0])
     est.diagnostics_["ksd"] = ksd
-    if K_keep is not None:
-        est.diagnostics_["ksd_pvalue"] = _stein.bootstrap_pvalue(K_keep)
+    if p_value is not None:
+        est.diagnostics_["ksd_pvalue"] = p_value

@@ -286,11 +286,14 @@ class RowSource:
 
     def _block_results(self, f, rows_per_block):
         """``(rows, f(block))`` over the blocks in row order, on :func:`block_threads` threads."""
+        return self._slice_results(lambda rows: f(self.block(rows)), rows_per_block)
+
+    def _slice_results(self, g, rows_per_block):
+        """``(rows, g(rows))`` over the blocks' row slices in order, on :func:`block_threads` threads."""
         slices = self.block_slices(rows_per_block)
         if len(slices) == 1:  # one block (small data): no thread to hand it to
-            return iter([(slices[0], f(self.block(slices[0])))])
-        parts = ordered_map(lambda rows: f(self.block(rows)), slices)
-        return zip(slices, parts)
+            return iter([(slices[0], g(slices[0]))])
+        return zip(slices, ordered_map(g, slices))
 
     def map_rows(self, f, rows_per_block, width=None):
         """``f(block)`` of every block, concatenated in row order.
@@ -310,12 +313,8 @@ class RowSource:
             for out, part in zip(outs, parts if many else (parts,)):
                 out[slice(None) if rows is None else rows] = part
 
-        slices = self.block_slices(rows_per_block)
-        if len(slices) == 1:
-            place(slices[0])
-        else:
-            for _ in ordered_map(place, slices):
-                pass
+        for _ in self._slice_results(place, rows_per_block):
+            pass
         return outs if many else outs[0]
 
     def prefetch(self, idx, owner=None):

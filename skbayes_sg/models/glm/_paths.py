@@ -48,17 +48,19 @@ class PathsMixin:
         M, D, K = thetas.shape[0], self.n_features, self.n_outputs
         W, b, _ = self.unpack(thetas)
         W_all = np.ascontiguousarray(W.transpose(1, 0, 2).reshape(D, M * K))
-        sums = self._draw_sums if self._n_extra == 0 else self._draw_sums_extra
         # A block holds the predictors of every point: at most a usual block's rows, and few
         # enough that the block's M predictors stay within 16 usual blocks' elements.
         rows = max(1, min(self._block_rows(), 16 * _rows.BLOCK_ELEMENTS // (M * K)))
-        part = lambda block: sums(block, W_all, b, thetas)  # noqa: E731
+        if self._n_extra == 0:
+            part = lambda block: self._draw_sums(block, W_all, b)  # noqa: E731
+        else:
+            extra = self._extra(thetas)
+            part = lambda block: self._draw_sums_extra(block, W_all, b, extra)  # noqa: E731
         return self.rows.reduce_blocks(part, rows) + self.grad_log_prior(thetas)
 
-    def _draw_sums(self, block, W_all, b, thetas):
+    def _draw_sums(self, block, W_all, b):
         """One block's gradient sums (M, P) at M points, rows first (no extra parameters)."""
-        n, (D, MK) = block.X.shape[0], W_all.shape
-        M, K = b.shape
+        n, (M, K) = block.X.shape[0], b.shape
         Z = np.asarray(block.X @ W_all).reshape(n, M, K)
         Z += b
         if block.offset is not None:
@@ -66,28 +68,31 @@ class PathsMixin:
         R = self.family.draw_residuals(Z, block.y)
         if block.sample_weight is not None:
             R *= block.sample_weight[:, None, None]
-        G = np.asarray(transpose(block.X) @ R.reshape(n, MK))
-        parts = [G.reshape(D, M, K).transpose(1, 0, 2).reshape(M, D * K)]
-        if self.fit_intercept:
-            parts.append(R.sum(axis=0))
-        return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+        G = np.asarray(transpose(block.X) @ R.reshape(n, M * K))
+        return self._draw_parts(G, R.sum(axis=0))
 
-    def _draw_sums_extra(self, block, W_all, b, thetas):
+    def _draw_sums_extra(self, block, W_all, b, extra):
         """:meth:`_draw_sums` for a family with extra parameters, points first."""
-        n, (D, MK) = block.X.shape[0], W_all.shape
-        M, K = b.shape
+        n, (M, K) = block.X.shape[0], b.shape
         Z = np.asarray(block.X @ W_all).reshape(n, M, K).transpose(1, 0, 2) + b[:, None, :]
         if block.offset is not None:
             Z += block.offset[:, None]
         R, E = self._weighed(
-            block.sample_weight, *self.family.gradient_terms(Z, np.broadcast_to(block.y, (M, n)), self._extra(thetas))
+            block.sample_weight, *self.family.gradient_terms(Z, np.broadcast_to(block.y, (M, n)), extra)
         )
-        G = np.asarray(transpose(block.X) @ R.transpose(1, 0, 2).reshape(n, MK))
-        parts = [G.reshape(D, M, K).transpose(1, 0, 2).reshape(M, D * K)]
+        G = np.asarray(transpose(block.X) @ R.transpose(1, 0, 2).reshape(n, M * K))
+        return self._draw_parts(G, R.sum(axis=1), E.sum(axis=1))
+
+    def _draw_parts(self, G, R_sum, E_sum=None):
+        """The (M, P) gradient sums from ``X' R`` (D, M K), the residuals' sums (M, K) and the
+        extra parameters' (M, k)."""
+        M, K = R_sum.shape
+        parts = [G.reshape(-1, M, K).transpose(1, 0, 2).reshape(M, -1)]
         if self.fit_intercept:
-            parts.append(R.sum(axis=1))
-        parts.append(E.sum(axis=1))
-        return np.concatenate(parts, axis=1)
+            parts.append(R_sum)
+        if E_sum is not None:
+            parts.append(E_sum)
+        return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
 
     def grad_log_prior_paths(self, thetas):
         return self.grad_log_prior(np.atleast_2d(np.asarray(thetas, dtype=float)))
