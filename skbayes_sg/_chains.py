@@ -19,6 +19,7 @@ except ImportError:  # older joblib vendors it
     from joblib.externals import cloudpickle
 
 from ._blas import one_blas_thread
+from ._pools import LOKY_START_SECONDS, WorkerPool, backend_kwargs, resolve, start_seconds
 from ._progress import progress_bar
 from .exceptions import DivergenceError
 from .minibatch import ChainsGradient, GradientSpec
@@ -44,11 +45,11 @@ ROUND_OVERHEAD = 0.02
 #: round; a round is at most ``_MAX_ROUND_GROWTH`` times the one before it.
 _FIRST_ROUND = 64
 _MAX_ROUND_GROWTH = 4
-#: What starting a pool of worker processes costs, in seconds (loky on a busy 2-core machine:
-#: 1-3 s). Chains whose remaining work in this process is short run here (see
-#: :func:`advance_chains`); a pool once started is reused by joblib, so its later runs count
-#: nothing for it (``_POOLS_STARTED``).
-PROCESS_START_SECONDS = 1.5
+#: What starting a pool of loky worker processes costs, in seconds (1.1-1.2 s for two on a quiet
+#: 2-core machine, 1-3 s on a busy one; forked workers cost less, :mod:`._pools`). Chains whose
+#: remaining work in this process is short run here (see :func:`advance_chains`); a loky pool
+#: once started is reused by joblib, so its later runs count little for it (``_POOLS_STARTED``).
+PROCESS_START_SECONDS = LOKY_START_SECONDS
 _POOLS_STARTED = set()
 #: Iterations whose normals a batched group draws at once (full data; see ChainsState.predraw).
 _PREDRAW = 256
@@ -535,6 +536,7 @@ def _advance(runners, model, n_steps, rows=None):
     attached, and with ``rows`` (one :meth:`~.minibatch.MinibatchGradient.detach_rows` per
     runner; None: they kept theirs), detached again before the runners travel back."""
     tic = time.perf_counter()
+    model = resolve(model)
     for i, r in enumerate(runners):
         r.grad_estimator.model = model
         if rows is not None:
@@ -588,7 +590,8 @@ def parallel_rounds(n_jobs=None, verbose=0, total=0, desc="", unit="iterations")
     rounds (:func:`advance_chains`) and multilevel SGLD's rounds of path chunks
     (:func:`~skbayes_sg.multilevel.mlmc`, through :func:`run_tasks`) run in it.
     """
-    with Parallel(n_jobs=n_jobs) as parallel, progress_bar(total, desc, unit) if verbose else nullcontext() as bar:
+    bar = progress_bar(total, desc, unit) if verbose else nullcontext()
+    with Parallel(n_jobs=n_jobs, **backend_kwargs()) as parallel, bar as bar:
         yield parallel, bar
 
 
@@ -607,11 +610,13 @@ def _groups(n_chains, n_groups):
 def _go_parallel(n_jobs, workers, seconds_left):
     """Whether the chains' remaining ``seconds_left`` of work (in this process) is worth sharing
     among ``workers`` processes: what they save must exceed the cost of starting them."""
-    start = min(_POOL_REUSE_SECONDS, PROCESS_START_SECONDS) if n_jobs in _POOLS_STARTED else PROCESS_START_SECONDS
+    start = start_seconds(PROCESS_START_SECONDS)
+    if n_jobs in _POOLS_STARTED:
+        start = min(_POOL_REUSE_SECONDS, start)
     return workers > 1 and seconds_left * (1.0 - 1.0 / workers) > start
 
 
-def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
+def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, pool=None):
     """Advance every runner to its ``n_iter``; runners in chain order.
 
     The chains advance in groups (:func:`advance_group`: stacked, one batched step for the
@@ -630,6 +635,10 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     ``verbose > 0`` rounds are also at most a twentieth of the remaining iterations and a
     progress bar across all chains is updated between them. The chains' own randomness
     travels with them, so the draws are the same however the run is cut in rounds.
+
+    ``pool``: a :class:`~._pools.WorkerPool` of ``model`` shared with other calls (the blocks
+    of ``n_iter="auto"``); its workers, once started, take every round. None: a pool of this
+    call's own, stopped when it returns.
     """
     round_seconds = ROUND_SECONDS if round_seconds is None else round_seconds
     overheads = list(getattr(runners[0], "round_overheads", ()))
@@ -646,25 +655,36 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     cap = max(1, -(-remaining // 20)) if verbose else remaining
     desc = f"{type(runners[0].sampler).__name__}, {len(runners)} chains"
     parallel, first_round = None, True
+    # Seconds per iteration of all the chains in one process, as measured by an earlier call
+    # (n_iter="auto" advances the same runners block after block).
+    speed = getattr(runners[0], "serial_speed", None)
     try:
         with ExitStack() as stack:
-            if workers > 1 and PROCESS_START_SECONDS <= 0:
-                # Workers that cost nothing to start: no first round here to decide.
-                parallel = stack.enter_context(Parallel(n_jobs=n_jobs))
+            if pool is None:
+                pool = stack.enter_context(worker_pool(model, n_jobs))
+            if workers > 1 and (
+                pool.started
+                or start_seconds(PROCESS_START_SECONDS) <= 0
+                or (speed is not None and _go_parallel(n_jobs, workers, remaining * speed))
+            ):
+                # Workers running, or costing nothing to start, or chains known to be slow
+                # enough: no first round here to decide.
+                parallel = pool.start()
             bar = stack.enter_context(progress_bar(sum(r.n_iter - r.t for r in runners), desc)) if verbose else None
             while not all(r.done for r in runners):
                 step = max(1, min(chunk, cap))
                 before = sum(r.t for r in runners)
                 tic = time.perf_counter()
-                runners = _round(parallel, runners, model, step, workers if parallel else 1)
+                shipped = model if parallel is None else pool.ship(model)
+                runners = _round(parallel, runners, shipped, step, workers if parallel else 1)
                 elapsed = time.perf_counter() - tic
                 if verbose:
                     bar.update(sum(r.t for r in runners) - before)
+                speed = sum(r.compute_seconds for r in runners) / step
                 if parallel is None and not all(r.done for r in runners):
                     left = max(r.n_iter - r.t for r in runners) * elapsed / step
                     if _go_parallel(n_jobs, workers, left):
-                        parallel = stack.enter_context(Parallel(n_jobs=n_jobs))
-                        _POOLS_STARTED.add(n_jobs)
+                        parallel = pool.start()
                         first_round = True  # the next round's time includes starting the workers
                         continue
                 if first_round:
@@ -685,8 +705,21 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None):
     except KeyboardInterrupt:
         raise ChainsInterrupted(runners) from None
     for r in runners:
-        r.round_hint, r.round_overheads = chunk, overheads[-8:]
+        r.round_hint, r.round_overheads, r.serial_speed = chunk, overheads[-8:], speed
     return runners
+
+
+def worker_pool(model, n_jobs=None):
+    """A :class:`~._pools.WorkerPool` for :func:`advance_chains` calls on ``model`` that should
+    share their workers (the blocks of one fit); use it as a context manager."""
+    return WorkerPool(n_jobs, model, _parallel)
+
+
+def _parallel(n_jobs, **kwargs):
+    """The ``joblib.Parallel`` of the chains' parallel rounds (``kwargs``: the backend's,
+    :func:`._pools.backend_kwargs`), its start recorded for :func:`_go_parallel`."""
+    _POOLS_STARTED.add(n_jobs)
+    return Parallel(n_jobs=n_jobs, **kwargs)
 
 
 def _round(parallel, runners, model, n_steps, n_groups):

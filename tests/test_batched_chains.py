@@ -6,6 +6,7 @@ import pytest
 from joblib import Parallel
 
 import skbayes_sg._chains as chains
+import skbayes_sg._pools as _pools
 from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg._chains import ChainSpec, _advance, start_chains
 from skbayes_sg.minibatch import GradientSpec
@@ -131,18 +132,28 @@ def test_batched_minibatch_chains_are_bit_identical_to_each_chain_alone(cancer, 
     np.testing.assert_array_equal(stats, alone_stats)
 
 
+@pytest.mark.parametrize("forks", [True, False], ids=["forked", "loky"])
 @pytest.mark.parametrize(
     "kw", [{}, dict(sampler="sghmc", batch_size=64), dict(sampler="sgnht")], ids=["default", "sghmc-cv", "sgnht"]
 )
-def test_draws_are_identical_for_n_jobs_1_and_2(cancer, monkeypatch, kw):
+def test_draws_are_identical_for_n_jobs_1_and_2(cancer, monkeypatch, kw, forks):
     X, y = cancer
     one = SGBayesLogisticRegression(n_iter=600, n_chains=3, n_jobs=1, random_state=0, **kw).fit(X, y)
-    # Start the process pool whatever the work left: the chains then advance in two groups.
+    # Start the process pool whatever the work left: the chains then advance in two groups,
+    # on forked workers that inherit the model, or on loky's, which receive it.
     monkeypatch.setattr(chains, "PROCESS_START_SECONDS", 0.0)
-    groups = []
+    if forks and not _pools.forks_workers():
+        pytest.skip("worker processes are not forked here")
+    monkeypatch.setattr(_pools, "forks_workers", lambda: forks)
+    groups, shipped = [], []
     monkeypatch.setattr(chains, "Parallel", lambda **kw: groups.append(kw) or Parallel(**kw))
+    round_ = chains._round
+    monkeypatch.setattr(chains, "_round", lambda p, r, m, *a: shipped.append(type(m)) or round_(p, r, m, *a))
     two = SGBayesLogisticRegression(n_iter=600, n_chains=3, n_jobs=2, random_state=0, **kw).fit(X, y)
-    assert groups == [{"n_jobs": 2}]
+    assert groups == [{"n_jobs": 2, "backend": "multiprocessing"} if forks else {"n_jobs": 2}]
+    # Forked workers find the model in their copy of the process: tasks carry its name.
+    assert (_pools._Inherited in shipped) == forks
+    assert not _pools._INHERITED  # the fit's pool forgot its model
     np.testing.assert_array_equal(one.samples_, two.samples_)
     for key in one.sample_stats_:
         np.testing.assert_array_equal(one.sample_stats_[key], two.sample_stats_[key])
@@ -234,3 +245,49 @@ def test_a_round_ships_no_row_arrays_and_no_empty_draw_buffer(cancer):
     _advance([r], model, 10)
     assert pickle.loads(pickle.dumps(r)).kept_draws().shape == (10, model.n_params)
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(r)).kept_draws(), r.kept_draws())
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+def test_workers_fork_only_where_nothing_else_was_asked_for(monkeypatch):
+    import multiprocessing
+    import multiprocessing.pool
+    import threading
+
+    from joblib import parallel_config
+
+    monkeypatch.setattr(_pools.joblib.parallel, "DEFAULT_MP_CONTEXT", multiprocessing.get_context("fork"))
+    assert _pools.forks_workers()
+    assert _pools.backend_kwargs() == {"backend": "multiprocessing"}
+    assert _pools.start_seconds(1.5) == _pools.FORK_START_SECONDS
+    # A backend the user chose is kept, loky included, and so is dask's or threads'.
+    for backend in ("loky", "threading"):
+        with parallel_config(backend=backend):
+            assert not _pools.forks_workers()
+            assert _pools.backend_kwargs() == {}
+            assert _pools.start_seconds(1.5) == 1.5
+    # Only n_jobs configured: still joblib's default backend, so forked.
+    with parallel_config(n_jobs=2):
+        assert _pools.forks_workers()
+    # Not from a thread (joblib would run a process backend there on one job).
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(_pools.forks_workers()))
+    thread.start()
+    thread.join()
+    assert seen == [False]
+    # Not once Ray's joblib backend has rebased joblib's pool on its actors' (its workers are
+    # no forks of this process).
+    import joblib.pool
+
+    class ActorPool(multiprocessing.pool.Pool):
+        pass
+
+    bases = joblib.pool.PicklingPool.__bases__
+    joblib.pool.PicklingPool.__bases__ = (ActorPool,)
+    try:
+        assert not _pools.forks_workers()
+    finally:
+        joblib.pool.PicklingPool.__bases__ = bases
+    assert _pools.forks_workers()
+    # Not where the start method is another (macOS, Python 3.14's forkserver).
+    monkeypatch.setattr(_pools.joblib.parallel, "DEFAULT_MP_CONTEXT", multiprocessing.get_context("spawn"))
+    assert not _pools.forks_workers()

@@ -125,6 +125,13 @@ def ray_backend(tmp_path_factory):
     finally:
         if "ray" in sys.modules:
             sys.modules["ray"].shutdown()
+        # Ray's backend rebases joblib's multiprocessing pool on its actors for good; the tests
+        # after these expect joblib's own.
+        import multiprocessing.pool
+
+        import joblib.pool
+
+        joblib.pool.PicklingPool.__bases__ = (multiprocessing.pool.Pool,)
         if previous is None:
             os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
         else:

@@ -62,6 +62,7 @@ LAYERS = (
             "skbayes_sg._validation",
             "skbayes_sg._stein",
             "skbayes_sg._blas",
+            "skbayes_sg._pools",
         ),
     ),
 )

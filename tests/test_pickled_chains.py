@@ -10,6 +10,7 @@ from joblib import Parallel
 from sklearn.datasets import make_classification
 
 import skbayes_sg._chains as chains
+import skbayes_sg._pools as _pools
 from skbayes_sg import SGBayesLogisticRegression
 
 # mCCAdL on minibatches: its C step shifts by the trace of the minibatch's per-example
@@ -43,15 +44,20 @@ def test_chains_pickled_between_rounds_draw_what_they_would_have_drawn(data, sto
     np.testing.assert_array_equal(kept.samples_, pickled.samples_)
 
 
-def test_draws_with_an_array_alpha_are_identical_for_n_jobs_1_and_2(data, monkeypatch):
+@pytest.mark.parametrize("forks", [True, False], ids=["forked", "loky"])
+def test_draws_with_an_array_alpha_are_identical_for_n_jobs_1_and_2(data, monkeypatch, forks):
     X, y = data
     one = SGBayesLogisticRegression(n_jobs=1, **KW).fit(X, y)
-    # Start the process pool whatever the work left: the chains then travel to the workers.
+    # Start the process pool whatever the work left: the chains then travel to the workers
+    # (and the model too, to loky's).
     monkeypatch.setattr(chains, "PROCESS_START_SECONDS", 0.0)
+    if forks and not _pools.forks_workers():
+        pytest.skip("worker processes are not forked here")
+    monkeypatch.setattr(_pools, "forks_workers", lambda: forks)
     groups = []
     monkeypatch.setattr(chains, "Parallel", lambda **kw: groups.append(kw) or Parallel(**kw))
     two = SGBayesLogisticRegression(n_jobs=2, **KW).fit(X, y)
-    assert groups == [{"n_jobs": 2}]
+    assert groups == [{"n_jobs": 2, "backend": "multiprocessing"} if forks else {"n_jobs": 2}]
     np.testing.assert_array_equal(one.samples_, two.samples_)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _run_length
-from .._chains import ChainSpec, advance_chains, start_chains
+from .._chains import ChainSpec, advance_chains, start_chains, worker_pool
 
 
 @dataclass
@@ -68,28 +68,31 @@ def run_blocks(est, sampler, plan, first, burn_in, max_draws):
     blocks = [_run_length.Schedule(first.n_iter, first.n_burn, runners[0].eff_thin) if progress else first]
     summary = None
     try:
-        runners = advance_chains(runners, chain_model, est.n_jobs, est.verbose)
-        while est.n_iter == "auto":
-            summary = est._run_length_summary(np.stack([r.kept_draws() for r in runners]))
-            nxt = _run_length.next_schedule(
-                blocks[-1],
-                summary,
-                burn_in,
-                max_draws,
-                len(runners),
-                max_iter=est._run_length_max_iter,
-                ess_target=est._run_length_ess_target,
-            )
-            if nxt is None:
-                break
-            blocks.append(nxt)
-            n_burn = nxt.n_burn if progress is None else runners[0].n_burn
-            runners = advance_chains(
-                [r.extend(t0 + nxt.n_iter, n_burn, nxt.eff_thin) for r in runners],
-                chain_model,
-                est.n_jobs,
-                est.verbose,
-            )
+        # One pool of workers for all the blocks, started when a block is long enough.
+        with worker_pool(chain_model, est.n_jobs) as pool:
+            runners = advance_chains(runners, chain_model, est.n_jobs, est.verbose, pool=pool)
+            while est.n_iter == "auto":
+                summary = est._run_length_summary(np.stack([r.kept_draws() for r in runners]))
+                nxt = _run_length.next_schedule(
+                    blocks[-1],
+                    summary,
+                    burn_in,
+                    max_draws,
+                    len(runners),
+                    max_iter=est._run_length_max_iter,
+                    ess_target=est._run_length_ess_target,
+                )
+                if nxt is None:
+                    break
+                blocks.append(nxt)
+                n_burn = nxt.n_burn if progress is None else runners[0].n_burn
+                runners = advance_chains(
+                    [r.extend(t0 + nxt.n_iter, n_burn, nxt.eff_thin) for r in runners],
+                    chain_model,
+                    est.n_jobs,
+                    est.verbose,
+                    pool=pool,
+                )
     except KeyboardInterrupt as exc:
         # ChainsInterrupted carries the chains as the last round left them; an interrupt
         # between rounds (the diagnostics of n_iter="auto") finds them in `runners`.

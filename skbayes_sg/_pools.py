@@ -1,0 +1,155 @@
+"""Which joblib backend a parallel round of chains runs on, and what starting its workers costs.
+
+joblib's default backend, loky, starts fresh interpreters that import numpy, scipy,
+scikit-learn and this package before their first task: 1.1-1.2 s for two workers on a
+quiet 2-core machine of the CI kind (``benchmarks/pool_start.py``), more than sharing the
+chains saves on a data set the size of a9a (whose default chains take about 2 s in one
+process). Where processes fork, joblib's ``"multiprocessing"`` backend starts the same
+workers as copies of this process, imports done: 0.1 s. The chains' arithmetic is the same
+in either (each task runs on one BLAS thread), and so are the draws.
+
+Forking is chosen only when nothing else was asked for or would break: the default start
+method is ``fork`` (Linux before Python 3.14; ``JOBLIB_START_METHOD`` is honoured), no
+``joblib.parallel_config`` backend is in force (``parallel_config(backend="loky")`` keeps
+loky, and dask's backend stays dask's), and this is the main thread of a top-level process
+(joblib would run a multiprocessing backend nested in a worker or a thread on one job), and
+joblib's pool is still the standard library's (Ray's joblib backend, once used, replaces it).
+"""
+
+import multiprocessing
+import multiprocessing.pool
+import threading
+
+import joblib.parallel
+
+#: What starting a pool of loky worker processes costs, in seconds (1.1-1.2 s for two on a
+#: quiet 2-core machine, 1-3 s on a busy one).
+LOKY_START_SECONDS = 1.5
+#: What forking a pool of workers costs, in seconds (0.1 s for two, quiet 2-core machine).
+FORK_START_SECONDS = 0.15
+
+
+def forks_workers():
+    """Whether a parallel round here runs on forked workers (joblib's ``"multiprocessing"``
+    backend): see the module's docstring for when."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if multiprocessing.parent_process() is not None:
+        return False
+    context = joblib.parallel.DEFAULT_MP_CONTEXT or multiprocessing.get_context()
+    if context.get_start_method() != "fork":
+        return False
+    return not _backend_configured() and _pool_is_multiprocessing()
+
+
+def _pool_is_multiprocessing():
+    """Whether joblib's ``"multiprocessing"`` backend still runs on ``multiprocessing.Pool``.
+
+    Ray's joblib backend, once used, rebases joblib's pool on Ray's actor pool for the rest of
+    the process; its workers are not forks of this process and know nothing of it.
+    """
+    try:
+        import joblib.pool
+
+        return joblib.pool.PicklingPool.__bases__ == (multiprocessing.pool.Pool,)
+    except (ImportError, AttributeError):
+        return False
+
+
+def _backend_configured():
+    """Whether a ``joblib.parallel_config`` (or ``parallel_backend``) context sets a backend.
+
+    joblib keeps that configuration in a thread-local without a public accessor; if its
+    layout ever changes, this answers True, and the rounds keep joblib's own choice.
+    """
+    try:
+        config = getattr(joblib.parallel._backend, "config", None)
+        if config is None:
+            return False
+        return config["backend"] is not joblib.parallel.default_parallel_config["backend"]
+    except (AttributeError, KeyError, TypeError):
+        return True
+
+
+def backend_kwargs():
+    """Keyword arguments of the ``joblib.Parallel`` that runs parallel rounds here."""
+    return {"backend": "multiprocessing"} if forks_workers() else {}
+
+
+def start_seconds(loky_seconds=LOKY_START_SECONDS):
+    """What starting the workers of :func:`backend_kwargs`'s pool costs, in seconds
+    (``loky_seconds`` for joblib's default pool)."""
+    return min(loky_seconds, FORK_START_SECONDS) if forks_workers() else loky_seconds
+
+
+#: Models that forked workers find in their copy of this module, by key: a task names its
+#: model instead of carrying it, so X is neither pickled nor memory-mapped per round.
+_INHERITED = {}
+
+
+class _Inherited:
+    """The name of a model in :data:`_INHERITED`, what a task to forked workers carries."""
+
+    def __init__(self, key):
+        self.key = key
+
+
+def resolve(model):
+    """The model a task was given: itself, or the one its :class:`_Inherited` name stands for."""
+    return _INHERITED[model.key] if isinstance(model, _Inherited) else model
+
+
+class WorkerPool:
+    """The worker processes of a fit's parallel rounds: started on first use, kept until
+    :meth:`close`, so that the blocks of ``n_iter="auto"`` share them.
+
+    Forked workers (:func:`forks_workers`) inherit ``model``, and tasks name it
+    (:meth:`ship`); loky's receive it with each task, as joblib memory-maps large arrays.
+
+    Parameters
+    ----------
+    n_jobs : int or None
+    model : object
+        What every task of the pool's rounds needs (the chains' model and its data).
+    factory : callable
+        ``factory(n_jobs, **backend_kwargs)``: the ``joblib.Parallel`` to enter.
+    """
+
+    def __init__(self, n_jobs, model, factory):
+        self.n_jobs, self.model, self._factory = n_jobs, model, factory
+        self.parallel, self._key = None, None
+
+    @property
+    def started(self):
+        """Whether the workers are running."""
+        return self.parallel is not None
+
+    def start(self):
+        """The entered ``joblib.Parallel``, started now if it was not."""
+        if self.parallel is None:
+            kwargs = backend_kwargs()
+            if kwargs:
+                # Registered before the workers fork, so that each inherits it.
+                self._key = id(self)
+                _INHERITED[self._key] = self.model
+            parallel = self._factory(self.n_jobs, **kwargs)
+            self.parallel = parallel.__enter__()
+        return self.parallel
+
+    def ship(self, model):
+        """What a task carries for ``model``: its name if the workers inherited it."""
+        return _Inherited(self._key) if self._key is not None and model is self.model else model
+
+    def close(self, *exc_info):
+        """Stop the workers (if started) and forget the model."""
+        parallel, self.parallel = self.parallel, None
+        _INHERITED.pop(self._key, None)
+        self._key = None
+        if parallel is not None:
+            parallel.__exit__(*(exc_info or (None, None, None)))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close(*exc_info)
