@@ -19,10 +19,11 @@ except ImportError:  # older joblib vendors it
     from joblib.externals import cloudpickle
 
 from ._blas import one_blas_thread
-from ._pools import LOKY_START_SECONDS, WorkerPool, backend_kwargs, resolve, start_seconds
+from ._pools import LOKY_START_SECONDS, WorkerPool, resolve, start_seconds
 from ._progress import progress_bar
 from .exceptions import DivergenceError
 from .minibatch import ChainsGradient, GradientSpec
+from .rows import DaskRows
 from .samplers._step_size import FitContext
 
 # How often (in iterations) a chain is checked for non-finite values between stored
@@ -590,8 +591,7 @@ def parallel_rounds(n_jobs=None, verbose=0, total=0, desc="", unit="iterations")
     rounds (:func:`advance_chains`) and multilevel SGLD's rounds of path chunks
     (:func:`~skbayes_sg.multilevel.mlmc`, through :func:`run_tasks`) run in it.
     """
-    bar = progress_bar(total, desc, unit) if verbose else nullcontext()
-    with Parallel(n_jobs=n_jobs, **backend_kwargs()) as parallel, bar as bar:
+    with Parallel(n_jobs=n_jobs) as parallel, progress_bar(total, desc, unit) if verbose else nullcontext() as bar:
         yield parallel, bar
 
 
@@ -607,10 +607,10 @@ def _groups(n_chains, n_groups):
     return [range(bounds[i], bounds[i + 1]) for i in range(n_groups)]
 
 
-def _go_parallel(n_jobs, workers, seconds_left):
+def _go_parallel(n_jobs, workers, seconds_left, pool=None):
     """Whether the chains' remaining ``seconds_left`` of work (in this process) is worth sharing
     among ``workers`` processes: what they save must exceed the cost of starting them."""
-    start = start_seconds(PROCESS_START_SECONDS)
+    start = start_seconds(PROCESS_START_SECONDS) if pool is None else pool.start_seconds(PROCESS_START_SECONDS)
     if n_jobs in _POOLS_STARTED:
         start = min(_POOL_REUSE_SECONDS, start)
     return workers > 1 and seconds_left * (1.0 - 1.0 / workers) > start
@@ -664,8 +664,8 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
                 pool = stack.enter_context(worker_pool(model, n_jobs))
             if workers > 1 and (
                 pool.started
-                or start_seconds(PROCESS_START_SECONDS) <= 0
-                or (speed is not None and _go_parallel(n_jobs, workers, remaining * speed))
+                or pool.start_seconds(PROCESS_START_SECONDS) <= 0
+                or (speed is not None and _go_parallel(n_jobs, workers, remaining * speed, pool))
             ):
                 # Workers running, or costing nothing to start, or chains known to be slow
                 # enough: no first round here to decide.
@@ -683,7 +683,7 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
                 speed = sum(r.compute_seconds for r in runners) / step
                 if parallel is None and not all(r.done for r in runners):
                     left = max(r.n_iter - r.t for r in runners) * elapsed / step
-                    if _go_parallel(n_jobs, workers, left):
+                    if _go_parallel(n_jobs, workers, left, pool):
                         parallel = pool.start()
                         first_round = True  # the next round's time includes starting the workers
                         continue
@@ -711,8 +711,22 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
 
 def worker_pool(model, n_jobs=None):
     """A :class:`~._pools.WorkerPool` for :func:`advance_chains` calls on ``model`` that should
-    share their workers (the blocks of one fit); use it as a context manager."""
-    return WorkerPool(n_jobs, model, _parallel)
+    share their workers (the blocks of one fit); use it as a context manager. Its workers may
+    be forked only when the model's rows are in this process (not a dask cluster's, whose
+    client a forked copy could not use)."""
+    return WorkerPool(n_jobs, model, _parallel, forkable=_rows_held_here(model))
+
+
+def _rows_held_here(model):
+    """Whether ``model`` (or the model it wraps, as a whitened one does) reads rows held by this
+    process: arrays, memory maps, or a model's own arrays; not :class:`~.rows.DaskRows`."""
+    while True:
+        if isinstance(getattr(model, "rows", None), DaskRows):
+            return False
+        inner = getattr(model, "model", None)
+        if inner is None or inner is model:
+            return True
+        model = inner
 
 
 def _parallel(n_jobs, **kwargs):

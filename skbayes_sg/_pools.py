@@ -18,6 +18,8 @@ joblib's pool is still the standard library's (Ray's joblib backend, once used, 
 
 import multiprocessing
 import multiprocessing.pool
+import os
+import signal
 import threading
 
 import joblib.parallel
@@ -82,6 +84,27 @@ def start_seconds(loky_seconds=LOKY_START_SECONDS):
     return min(loky_seconds, FORK_START_SECONDS) if forks_workers() else loky_seconds
 
 
+#: True while a :class:`WorkerPool` forks its workers (see :func:`_after_fork_in_child`).
+_FORKING = False
+
+
+def _after_fork_in_child():
+    """A worker forked by a :class:`WorkerPool` ignores SIGINT.
+
+    A terminal's Ctrl-C reaches the whole process group: the workers of joblib's
+    ``"multiprocessing"`` pool would die in the middle of a task, and the pool could wait for
+    them for ever (a fit interrupted so hung in about one run in four). Left to the fit's own
+    process, the interrupt stops the rounds there, which keeps the chains as the last round
+    left them and stops the workers (``KeyboardInterrupt`` handling in ``_chains``).
+    """
+    if _FORKING:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 #: Models that forked workers find in their copy of this module, by key: a task names its
 #: model instead of carrying it, so X is neither pickled nor memory-mapped per round.
 _INHERITED = {}
@@ -113,10 +136,12 @@ class WorkerPool:
         What every task of the pool's rounds needs (the chains' model and its data).
     factory : callable
         ``factory(n_jobs, **backend_kwargs)``: the ``joblib.Parallel`` to enter.
+    forkable : bool, default=True
+        Whether the tasks may run in forked workers at all (False: joblib's own backend).
     """
 
-    def __init__(self, n_jobs, model, factory):
-        self.n_jobs, self.model, self._factory = n_jobs, model, factory
+    def __init__(self, n_jobs, model, factory, forkable=True):
+        self.n_jobs, self.model, self._factory, self.forkable = n_jobs, model, factory, forkable
         self.parallel, self._key = None, None
 
     @property
@@ -127,14 +152,23 @@ class WorkerPool:
     def start(self):
         """The entered ``joblib.Parallel``, started now if it was not."""
         if self.parallel is None:
-            kwargs = backend_kwargs()
+            kwargs = backend_kwargs() if self.forkable else {}
             if kwargs:
                 # Registered before the workers fork, so that each inherits it.
                 self._key = id(self)
                 _INHERITED[self._key] = self.model
             parallel = self._factory(self.n_jobs, **kwargs)
-            self.parallel = parallel.__enter__()
+            global _FORKING
+            _FORKING = bool(kwargs)
+            try:
+                self.parallel = parallel.__enter__()
+            finally:
+                _FORKING = False
         return self.parallel
+
+    def start_seconds(self, loky_seconds=LOKY_START_SECONDS):
+        """What starting this pool's workers costs, in seconds (:func:`start_seconds`)."""
+        return start_seconds(loky_seconds) if self.forkable else loky_seconds
 
     def ship(self, model):
         """What a task carries for ``model``: its name if the workers inherited it."""

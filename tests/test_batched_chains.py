@@ -291,3 +291,68 @@ def test_workers_fork_only_where_nothing_else_was_asked_for(monkeypatch):
     # Not where the start method is another (macOS, Python 3.14's forkserver).
     monkeypatch.setattr(_pools.joblib.parallel, "DEFAULT_MP_CONTEXT", multiprocessing.get_context("spawn"))
     assert not _pools.forks_workers()
+
+
+def _threaded_pass(n):
+    from skbayes_sg.rows._source import block_threads, ordered_map
+
+    with block_threads(2):
+        return list(ordered_map(lambda i: i * i, range(n)))
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+def test_a_forked_worker_runs_passes_without_its_parents_threads():
+    # The parent's pass threads exist (a pass ran), a forked child has none of them: its pass
+    # must not hand work to the pool it inherited, which no thread would ever run.
+    import multiprocessing
+
+    assert _threaded_pass(8) == [i * i for i in range(8)]
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_threaded_pass, (8,)).get(timeout=60) == [i * i for i in range(8)]
+
+
+_LARGE_FIT = """
+import sys
+import numpy as np
+import skbayes_sg._chains as chains
+import skbayes_sg._pools as _pools
+from skbayes_sg import SGBayesLogisticRegression
+rng = np.random.default_rng(0)
+X = rng.standard_normal((100_000, 28))
+y = (rng.random(100_000) < 1.0 / (1.0 + np.exp(-(X @ (0.5 * rng.standard_normal(28)) + 0.3)))).astype(int)
+one = SGBayesLogisticRegression(n_jobs=1, random_state=0).fit(X, y)
+assert _pools.forks_workers() and not chains._POOLS_STARTED
+# Workers from the first round on, whatever this machine's speed.
+chains.PROCESS_START_SECONDS = _pools.FORK_START_SECONDS = 0.0
+two = SGBayesLogisticRegression(n_jobs=2, random_state=0).fit(X, y)
+assert chains._POOLS_STARTED, "the chains ran in one process"
+np.testing.assert_array_equal(one.samples_, two.samples_)
+"""
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+def test_forked_workers_of_a_default_fit_on_large_data_give_the_draws_of_one_process():
+    # A default fit past the exact sampler's bound (minibatch chains over many blocks of rows,
+    # the set-up's passes on threads, the workers forked after them): the draws of one process,
+    # and no worker waits on a thread it does not have. In a fresh process, with a time limit,
+    # since a worker that waits does so for ever.
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _LARGE_FIT], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_chains_on_a_dask_clusters_rows_never_fork():
+    # A forked copy of this process could not use its dask client: pools of models reading
+    # DaskRows (wrapped or not) keep joblib's own backend.
+    from types import SimpleNamespace
+
+    from skbayes_sg.rows import DaskRows
+
+    remote = SimpleNamespace(rows=DaskRows.__new__(DaskRows))
+    for model in (remote, SimpleNamespace(model=remote)):
+        pool = chains.worker_pool(model, 2)
+        assert not pool.forkable and pool.start_seconds(1.5) == 1.5
+    local = SimpleNamespace(model=SimpleNamespace(rows=object()))
+    assert chains.worker_pool(local, 2).forkable

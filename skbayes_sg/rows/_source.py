@@ -31,6 +31,21 @@ _POOLS = {}
 _POOLS_LOCK = threading.Lock()
 
 
+def _after_fork_in_child():
+    """A forked process (the chains' workers, :mod:`skbayes_sg._pools`) has none of its
+    parent's threads: the pools it inherited would take work that no thread runs, and their
+    lock may have been held by one of them. It starts without pools, and its passes run in
+    its one thread, the worker's share of the cores."""
+    global _POOLS_LOCK
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+    _BLOCK_THREADS.set(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @contextmanager
 def block_threads(n_threads):
     """Within the block, full-data passes (:meth:`RowSource.reduce_blocks`, :meth:`RowSource.map_rows`)
