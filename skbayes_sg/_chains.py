@@ -19,7 +19,7 @@ except ImportError:  # older joblib vendors it
     from joblib.externals import cloudpickle
 
 from ._blas import one_blas_thread
-from ._pools import LOKY_START_SECONDS, WorkerPool, resolve, start_seconds
+from ._pools import LOKY_START_SECONDS, PARALLEL_EFFICIENCY, WorkerPool, resolve, start_seconds
 from ._progress import progress_bar
 from .exceptions import DivergenceError
 from .minibatch import ChainsGradient, GradientSpec
@@ -609,11 +609,12 @@ def _groups(n_chains, n_groups):
 
 def _go_parallel(n_jobs, workers, seconds_left, pool=None):
     """Whether the chains' remaining ``seconds_left`` of work (in this process) is worth sharing
-    among ``workers`` processes: what they save must exceed the cost of starting them."""
+    among ``workers`` processes: what they save, at :data:`._pools.PARALLEL_EFFICIENCY`, must
+    exceed the cost of starting them."""
     start = start_seconds(PROCESS_START_SECONDS) if pool is None else pool.start_seconds(PROCESS_START_SECONDS)
     if n_jobs in _POOLS_STARTED:
         start = min(_POOL_REUSE_SECONDS, start)
-    return workers > 1 and seconds_left * (1.0 - 1.0 / workers) > start
+    return workers > 1 and seconds_left * (1.0 - 1.0 / (workers * PARALLEL_EFFICIENCY)) > start
 
 
 def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, pool=None):

@@ -86,9 +86,12 @@ n_chains : int, default=4
     Independent chains; R-hat needs at least 2.""",
     "n_jobs": """\
 n_jobs : int or None, default=None
-    Chains run in parallel with joblib, and the fit's full-data passes (the prior's scales,
-    the MAP, its Hessian, the leverages, the KSD's scores) by blocks of rows on up to
-    ``n_jobs`` threads (at most the machine's cores). Draws do not depend on ``n_jobs``.""",
+    Chains run in parallel with joblib, in groups on ``n_jobs`` worker processes once their
+    work outweighs starting them (on Linux forked from this process, which takes a tenth of a
+    second; elsewhere, or under a ``joblib.parallel_config`` backend, that backend's), and
+    the fit's full-data passes (the prior's scales, the MAP, its Hessian, the leverages, the
+    KSD's scores) by blocks of rows on up to ``n_jobs`` threads (at most the machine's
+    cores). Draws do not depend on ``n_jobs``.""",
     "random_state": """\
 random_state : int, RandomState instance or None, default=None
     Seeds the chains (each gets a child of one ``numpy.random.SeedSequence``): the same

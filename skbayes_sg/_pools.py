@@ -27,8 +27,16 @@ import joblib.parallel
 #: What starting a pool of loky worker processes costs, in seconds (1.1-1.2 s for two on a
 #: quiet 2-core machine, 1-3 s on a busy one).
 LOKY_START_SECONDS = 1.5
-#: What forking a pool of workers costs, in seconds (0.1 s for two, quiet 2-core machine).
-FORK_START_SECONDS = 0.15
+#: What a pool of forked workers costs, start to shutdown, in seconds (0.12 s to start two and
+#: 0.11 s to stop them, quiet 2-core machine).
+FORK_START_SECONDS = 0.25
+#: The share of the ideal speed-up that chains shared among workers get: two workers ran a9a's
+#: default chains 1.45 times as fast as one process (they contend for memory bandwidth), HMC's
+#: full-data chains at N = 2e4 1.5 times.
+PARALLEL_EFFICIENCY = 0.75
+#: Seconds per data row that a pool's first round spends shipping the chains' per-row arrays
+#: (their row distributions) to the workers: 0.4 s at N = 4e6.
+ROW_SHIP_SECONDS = 1e-7
 
 
 def forks_workers():
@@ -167,8 +175,12 @@ class WorkerPool:
         return self.parallel
 
     def start_seconds(self, loky_seconds=LOKY_START_SECONDS):
-        """What starting this pool's workers costs, in seconds (:func:`start_seconds`)."""
-        return start_seconds(loky_seconds) if self.forkable else loky_seconds
+        """What starting this pool's workers costs, in seconds (:func:`start_seconds`), with
+        its first round's shipping of the chains' per-row arrays."""
+        start = start_seconds(loky_seconds) if self.forkable else loky_seconds
+        if start <= 0:
+            return start
+        return start + ROW_SHIP_SECONDS * float(getattr(self.model, "n_samples", 0) or 0)
 
     def ship(self, model):
         """What a task carries for ``model``: its name if the workers inherited it."""
