@@ -25,9 +25,9 @@ CURVATURE_LBFGS_ITER = 30
 
 #: Ceiling of ``n_iter="auto"`` for the DRBM, iterations per chain: the default fit on digits
 #: (1,257 x 64, 10 classes) stays well under a minute of wall time even when it reaches it
-#: (the whole fit, 7,980 iterations of the four chains, took 21 s of wall time, 27 CPU-seconds
-#: over all its processes, on a quiet 2-core AMD EPYC virtual machine, so about 26 s at the
-#: ceiling; ``benchmarks/drbm_vs_mlp.py``, ``benchmarks/results/drbm_vs_mlp.jsonl``).
+#: (the whole fit, 7,980 iterations of the four chains on two forked worker processes, took
+#: 14 s of wall time on a quiet 2-core AMD EPYC virtual machine, so about 18 s at the ceiling;
+#: ``benchmarks/drbm_vs_mlp.py``, ``benchmarks/results/drbm_vs_mlp.jsonl``).
 AUTO_MAX_ITER = 10000
 #: Multiplier of the sampler's constant ``c`` in the curvature part of ``step_size="auto"``
 #: (``h = c / sqrt(lambda_max)``; mCCAdL's ``c`` is 0.2, so ``h = 0.6 / sqrt(lambda_max)``,
@@ -109,7 +109,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         ``H``, the number of hidden units. The papers use 100 on letter; 50 costs half as
         much per iteration and on digits, at the same run length, loses 0.4 points of test
         accuracy (97.8% against 98.1%; test log loss 0.159 against 0.139), so that the
-        default fit converges there in well under a minute of wall time (21 s on a quiet
+        default fit converges there in well under a minute of wall time (14 s on a quiet
         2-core AMD EPYC virtual machine, see :data:`AUTO_MAX_ITER`).
     init_scale : float, default=0.1
         Standard deviation of the random starting weights ``W`` and ``U`` (biases start
@@ -130,7 +130,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         :data:`AUTO_MAX_ITER` (10,000) iterations per chain: a ceiling set so that the
         default fit of a data set the size of digits (1,257 x 64, 10 classes) takes under a
         minute of wall time even when it reaches it (it converges there in about 8,000, in
-        21 s on a quiet 2-core AMD EPYC virtual machine); where
+        14 s on a quiet 2-core AMD EPYC virtual machine); where
         the predictive needs longer, ``fit`` warns and an explicit, larger ``n_iter`` runs
         on. The weights' own R-hat is not used: hidden
         units can swap, so it need not fall below 1.01 even when the predictive has
@@ -243,7 +243,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     predictive's slowest direction mixes in a number of iterations about inversely
     proportional to ``h``, and on digits the rule's own step would need about 15,000
     iterations per chain to converge where three times it needs about 5,500 (``"auto"``
-    stops after its block of 8,000: 21 s of wall time for the whole fit on a quiet 2-core
+    stops after its block of 8,000: 14 s of wall time for the whole fit on a quiet 2-core
     AMD EPYC virtual machine). The price is a discretisation
     bias, measured against a step four to six times smaller run long
     (``benchmarks/drbm_digits_step_bias.py``): on digits the
