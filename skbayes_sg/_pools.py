@@ -14,6 +14,9 @@ method is ``fork`` (Linux before Python 3.14; ``JOBLIB_START_METHOD`` is honoure
 loky, and dask's backend stays dask's), and this is the main thread of a top-level process
 (joblib would run a multiprocessing backend nested in a worker or a thread on one job), and
 joblib's pool is still the standard library's (Ray's joblib backend, once used, replaces it).
+A process whose libraries cannot be forked safely (a GNU OpenMP runtime that another library
+has already used, say) keeps fresh interpreters with ``joblib.parallel_config(backend="loky")``
+around the fit.
 """
 
 import multiprocessing
