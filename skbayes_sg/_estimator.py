@@ -25,6 +25,7 @@ from ._inference_data import inference_data
 from .minibatch import BATCH_SCHEMES, GRADIENTS
 from .models._map import _map_estimate
 from .models.glm import resolve_alpha
+from .preconditioning import MAX_DENSE_PARAMS
 from .rows import block_threads, pass_threads
 from .samplers import MCCAdL, get_sampler
 
@@ -60,6 +61,16 @@ LARGE_DATA_STEP_SCALE = 2.0
 def _past_exact_bound(model):
     """Whether ``model``'s data are past the exact sampler's bound, ``N (P + EXACT_ROW_TERMS) > EXACT_WORK``."""
     return model.n_samples * (model.n_params + EXACT_ROW_TERMS) > EXACT_WORK
+
+
+def _whitens_densely(sampler, n_params):
+    """Whether ``sampler``'s chains run whitened by the dense factor at the MAP (its
+    ``preconditioner``, ``"auto"`` resolved as the samplers do: dense up to
+    ``preconditioning.MAX_DENSE_PARAMS`` parameters with ``step_size="auto"``)."""
+    kind = getattr(sampler, "preconditioner", None)
+    if kind == "auto":
+        return getattr(sampler, "step_size", None) == "auto" and n_params <= MAX_DENSE_PARAMS
+    return kind == "dense"
 
 
 #: ``burn_in="auto"``: the fraction of each chain discarded, as in the papers, unless the
@@ -239,7 +250,10 @@ class BaseSGBayes(BaseEstimator):
         block of ``n_iter="auto"`` then covers ``_laplace_min_adaptation`` adapting
         iterations (250), ``_min_adaptation`` (1,000) otherwise. HMC's chains start at such
         draws too under ``init="map"`` and adapt only their step: they discard the sampler's
-        ``_map_burn_in`` (10%). ``max_draws="auto"``: see :data:`AUTO_MAX_DRAWS`.
+        ``_map_burn_in`` (10%). mCCAdL's chains whitened densely at the MAP start at such draws
+        as well, where the posterior is near ``N(0, I)``, with the thermostat and the momenta
+        at their stationary means: they discard the sampler's ``_dense_map_burn_in`` (5%).
+        ``max_draws="auto"``: see :data:`AUTO_MAX_DRAWS`.
         """
         laplace = self._laplace_start(sampler)
         min_adaptation = getattr(sampler, "_min_adaptation", 0)
@@ -251,6 +265,8 @@ class BaseSGBayes(BaseEstimator):
                 burn_in = getattr(sampler, "_laplace_burn_in", AUTO_BURN_IN)
             elif isinstance(self.init, str) and self.init == "map":
                 burn_in = getattr(sampler, "_map_burn_in", AUTO_BURN_IN)
+                if _whitens_densely(sampler, n_params):
+                    burn_in = getattr(sampler, "_dense_map_burn_in", burn_in)
             else:
                 burn_in = AUTO_BURN_IN
         max_draws = self.max_draws

@@ -60,7 +60,8 @@ def test_classifier_attributes_and_predictive(cancer):
     labels = np.where(y == 1, "benign", "malignant")
     # mCCAdL: its draws' ESS keeps every draw in predict_proba's average, which the check below
     # compares with the mean of all of them (HMC's nearly independent draws get thinned).
-    clf = SGBayesLogisticRegression(sampler="mccadl", n_iter=500, n_chains=3, random_state=0).fit(X, labels)
+    clf = SGBayesLogisticRegression(sampler="mccadl", n_iter=500, burn_in=0.2, n_chains=3, random_state=0)
+    clf.fit(X, labels)
     assert list(clf.classes_) == ["benign", "malignant"]
     P = X.shape[1] + 1
     assert clf.samples_.shape == (3, 400, P)
@@ -154,7 +155,7 @@ def test_multiclass_attributes():
 def test_regressor_attributes_and_predictive(regression):
     X, y = regression
     # mCCAdL: every draw in the predictive's average (as above).
-    reg = SGBayesLinearRegression(sampler="mccadl", n_iter=600, n_chains=2, random_state=0).fit(X, y)
+    reg = SGBayesLinearRegression(sampler="mccadl", n_iter=600, burn_in=0.2, n_chains=2, random_state=0).fit(X, y)
     assert reg.coef_.shape == (5,) and isinstance(reg.intercept_, float)
     assert reg.coef_samples_.shape == (960, 5) and reg.intercept_samples_.shape == (960,)
     assert reg.noise_precision_samples_.shape == (960,)
@@ -234,7 +235,8 @@ def test_epoch_scheme_reproducible_and_accurate(cancer):
 def test_warm_start_continues_the_chains(cancer):
     X, y = cancer
     # mCCAdL: one full-data gradient per iteration (HMC takes a varying number).
-    clf = SGBayesLogisticRegression(sampler="mccadl", n_iter=200, n_chains=2, warm_start=True, random_state=0)
+    kw = dict(sampler="mccadl", n_iter=200, burn_in=0.2, n_chains=2, warm_start=True, random_state=0)
+    clf = SGBayesLogisticRegression(**kw)
     clf.fit(X, y)
     first = clf.samples_.copy()
     states = [s.theta.copy() for s in clf._chain_states]

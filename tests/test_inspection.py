@@ -118,7 +118,7 @@ def test_to_inference_data(cancer):
     az = pytest.importorskip("arviz")
     X, y = cancer
     # mCCAdL, whose sample_stats (xi, kinetic temperature) the export is checked for.
-    clf = SGBayesLogisticRegression(sampler="mccadl", n_iter=300, n_chains=2, random_state=0).fit(X, y)
+    clf = SGBayesLogisticRegression(sampler="mccadl", n_iter=300, burn_in=0.2, n_chains=2, random_state=0).fit(X, y)
     idata = clf.to_inference_data()
     assert isinstance(idata, az.InferenceData)
     coef = idata.posterior["coef"]

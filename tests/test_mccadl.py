@@ -357,3 +357,21 @@ def test_large_data_default_takes_twice_the_step_and_stays_exact():
     # Below the bound the same sampler keeps its constant.
     small = SGBayesLogisticRegression(sampler="mccadl", n_iter=200, random_state=0).fit(X[:5000], y[:5000])
     assert small.diagnostics_["step_size"] == pytest.approx(MCCAdL._auto_step_constant)
+
+
+def test_auto_burn_in_is_short_only_for_chains_started_at_the_laplace_approximation():
+    # Whitened densely at the MAP, the chains start at draws of the Laplace approximation:
+    # 5% of the run; a diagonal or no whitening, or another init, keeps the papers' 20%.
+    from skbayes_sg import SGBayesLogisticRegression
+    from skbayes_sg._estimator import AUTO_BURN_IN
+    from skbayes_sg.preconditioning import MAX_DENSE_PARAMS
+
+    est = SGBayesLogisticRegression()
+    policy = lambda sampler, P, **kw: est.set_params(**kw)._run_policy(sampler, P)[0]  # noqa: E731
+    assert policy(MCCAdL(), 124) == MCCAdL._dense_map_burn_in == 0.05
+    assert policy(MCCAdL(preconditioner="dense", step_size=0.1), 124) == 0.05
+    assert policy(MCCAdL(), MAX_DENSE_PARAMS + 1) == AUTO_BURN_IN
+    assert policy(MCCAdL(step_size=0.1), 124) == AUTO_BURN_IN
+    assert policy(MCCAdL(preconditioner="diag"), 124) == AUTO_BURN_IN
+    assert policy(MCCAdL(), 124, init="zeros") == AUTO_BURN_IN
+    assert policy(MCCAdL(), 124, init="map", burn_in=0.3) == 0.3
