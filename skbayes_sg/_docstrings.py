@@ -53,9 +53,12 @@ burn_in : float in [0, 1), int or "auto", default="auto"
     approximation with a proposal already scaled to the curvature at the MAP, so their
     burn-in only refines it, and 0.05 (250 iterations of the first 5,000 with
     ``n_iter="auto"``) gives the acceptance and ESS per draw of 1,000 (see
-    :ref:`burn-in`); and 0.1 for HMC (the default full-data sampler) under ``init="map"``,
+    :ref:`burn-in`); 0.1 for HMC (the default full-data sampler) under ``init="map"``,
     whose chains also start at draws of the Laplace approximation and adapt only their
-    step size (45 iterations of the first 450).""",
+    step size (45 iterations of the first 450); and 0.05 for mCCAdL (the default minibatch
+    sampler) under ``init="map"`` whitened densely at the MAP (up to 1,000 parameters with
+    its automatic step), whose chains start at such draws too, with its thermostat and
+    momenta at their stationary means.""",
     "thin": """\
 thin : int, default=1
     Keep every ``thin``-th iteration after burn-in.""",
