@@ -21,11 +21,11 @@ from . import _dask, _run_length, diagnostics
 from ._blas import one_blas_thread, with_one_blas_thread
 from ._fit import fit_model
 from ._fit._messages import caller_stacklevel, convergence_messages
+from ._geometry import resolved_preconditioner
 from ._inference_data import inference_data
 from .minibatch import BATCH_SCHEMES, GRADIENTS
 from .models._map import _map_estimate
 from .models.glm import resolve_alpha
-from .preconditioning import MAX_DENSE_PARAMS
 from .rows import block_threads, pass_threads
 from .samplers import MCCAdL, get_sampler
 
@@ -61,16 +61,6 @@ LARGE_DATA_STEP_SCALE = 2.0
 def _past_exact_bound(model):
     """Whether ``model``'s data are past the exact sampler's bound, ``N (P + EXACT_ROW_TERMS) > EXACT_WORK``."""
     return model.n_samples * (model.n_params + EXACT_ROW_TERMS) > EXACT_WORK
-
-
-def _whitens_densely(sampler, n_params):
-    """Whether ``sampler``'s chains run whitened by the dense factor at the MAP (its
-    ``preconditioner``, ``"auto"`` resolved as the samplers do: dense up to
-    ``preconditioning.MAX_DENSE_PARAMS`` parameters with ``step_size="auto"``)."""
-    kind = getattr(sampler, "preconditioner", None)
-    if kind == "auto":
-        return getattr(sampler, "step_size", None) == "auto" and n_params <= MAX_DENSE_PARAMS
-    return kind == "dense"
 
 
 #: ``burn_in="auto"``: the fraction of each chain discarded, as in the papers, unless the
@@ -265,7 +255,7 @@ class BaseSGBayes(BaseEstimator):
                 burn_in = getattr(sampler, "_laplace_burn_in", AUTO_BURN_IN)
             elif isinstance(self.init, str) and self.init == "map":
                 burn_in = getattr(sampler, "_map_burn_in", AUTO_BURN_IN)
-                if _whitens_densely(sampler, n_params):
+                if resolved_preconditioner(sampler, n_params, self._auto_preconditioner) == "dense":
                     burn_in = getattr(sampler, "_dense_map_burn_in", burn_in)
             else:
                 burn_in = AUTO_BURN_IN

@@ -114,18 +114,25 @@ def build_geometry(
         The chains start at the MAP anyway (``init="map"``): keep it, the noise probe uses it.
     """
     kind = gradient_kind(gradient, batch_size, model.n_samples, auto_control_variate)
+    precond = resolved_preconditioner(sampler, model.n_params, auto_preconditioner)
+    need_map = precond != "none" or kind == "control_variate" or start_at_map
+    theta_map = map_estimate(model) if need_map else None
+    L = None if precond == "none" else curvature_factor(model, theta_map, precond, hessian_at)
+    probs = row_distribution(model, kind, theta_map, L, batch_scheme)
+    return Geometry(theta_map, precond, L, kind, probs, batch_scheme)
+
+
+def resolved_preconditioner(sampler, n_params, auto_preconditioner=True):
+    """The coordinates ``sampler``'s chains run in, ``"dense"``, ``"diag"`` or ``"none"``: its
+    ``preconditioner``, ``"auto"`` resolved by ``P = n_params`` (``auto_preconditioner``: the
+    estimator's; False keeps ``"auto"`` in ``theta``)."""
     requested = getattr(sampler, "preconditioner", "none")
     explicit_step = not (isinstance(getattr(sampler, "step_size", "auto"), str))
     if requested == "auto" and (not auto_preconditioner or explicit_step):
         # An explicit step size is in the units of theta (a paper's setting, a tuned value):
         # "auto" then keeps the chains in theta, where that step means what it says.
         requested = "none"
-    precond = resolve_preconditioner(requested, model.n_params)
-    need_map = precond != "none" or kind == "control_variate" or start_at_map
-    theta_map = map_estimate(model) if need_map else None
-    L = None if precond == "none" else curvature_factor(model, theta_map, precond, hessian_at)
-    probs = row_distribution(model, kind, theta_map, L, batch_scheme)
-    return Geometry(theta_map, precond, L, kind, probs, batch_scheme)
+    return resolve_preconditioner(requested, n_params)
 
 
 def row_distribution(model, kind, theta_map, L, batch_scheme):

@@ -375,3 +375,7 @@ def test_auto_burn_in_is_short_only_for_chains_started_at_the_laplace_approximat
     assert policy(MCCAdL(preconditioner="diag"), 124) == AUTO_BURN_IN
     assert policy(MCCAdL(), 124, init="zeros") == AUTO_BURN_IN
     assert policy(MCCAdL(), 124, init="map", burn_in=0.3) == 0.3
+    # The DRBM keeps "auto" in theta (no whitening at one of its many modes), whatever its size.
+    from skbayes_sg import SGBayesDRBMClassifier
+
+    assert SGBayesDRBMClassifier(n_hidden=2)._run_policy(MCCAdL(), 200)[0] == AUTO_BURN_IN
