@@ -19,7 +19,7 @@ except ImportError:  # older joblib vendors it
     from joblib.externals import cloudpickle
 
 from ._blas import one_blas_thread
-from ._pools import LOKY_START_SECONDS, PARALLEL_EFFICIENCY, WorkerPool, resolve, start_seconds
+from ._pools import LOKY_START_SECONDS, PARALLEL_EFFICIENCY, WorkerPool, resolve
 from ._progress import progress_bar
 from .exceptions import DivergenceError
 from .minibatch import ChainsGradient, GradientSpec
@@ -607,12 +607,13 @@ def _groups(n_chains, n_groups):
     return [range(bounds[i], bounds[i + 1]) for i in range(n_groups)]
 
 
-def _go_parallel(n_jobs, workers, seconds_left, pool=None):
+def _go_parallel(n_jobs, workers, seconds_left, pool):
     """Whether the chains' remaining ``seconds_left`` of work (in this process) is worth sharing
-    among ``workers`` processes: what they save, at :data:`._pools.PARALLEL_EFFICIENCY`, must
-    exceed the cost of starting them."""
-    start = start_seconds(PROCESS_START_SECONDS) if pool is None else pool.start_seconds(PROCESS_START_SECONDS)
-    if n_jobs in _POOLS_STARTED:
+    among ``workers`` processes of ``pool``: what they save, at
+    :data:`._pools.PARALLEL_EFFICIENCY`, must exceed the cost of starting them."""
+    start = pool.start_seconds(PROCESS_START_SECONDS)
+    if n_jobs in _POOLS_STARTED and not pool.forks:
+        # joblib keeps loky's workers between pools; forked ones are new for every pool.
         start = min(_POOL_REUSE_SECONDS, start)
     return workers > 1 and seconds_left * (1.0 - 1.0 / (workers * PARALLEL_EFFICIENCY)) > start
 
@@ -732,7 +733,7 @@ def _rows_held_here(model):
 
 def _parallel(n_jobs, **kwargs):
     """The ``joblib.Parallel`` of the chains' parallel rounds (``kwargs``: the backend's,
-    :func:`._pools.backend_kwargs`), its start recorded for :func:`_go_parallel`."""
+    the forked workers' backend, :meth:`._pools.WorkerPool.start`), its start recorded for :func:`_go_parallel`."""
     _POOLS_STARTED.add(n_jobs)
     return Parallel(n_jobs=n_jobs, **kwargs)
 

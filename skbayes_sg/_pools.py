@@ -84,17 +84,6 @@ def _backend_configured():
         return True
 
 
-def backend_kwargs():
-    """Keyword arguments of the ``joblib.Parallel`` that runs parallel rounds here."""
-    return {"backend": "multiprocessing"} if forks_workers() else {}
-
-
-def start_seconds(loky_seconds=LOKY_START_SECONDS):
-    """What starting the workers of :func:`backend_kwargs`'s pool costs, in seconds
-    (``loky_seconds`` for joblib's default pool)."""
-    return min(loky_seconds, FORK_START_SECONDS) if forks_workers() else loky_seconds
-
-
 #: True while a :class:`WorkerPool` forks its workers (see :func:`_after_fork_in_child`).
 _FORKING = False
 
@@ -146,7 +135,8 @@ class WorkerPool:
     model : object
         What every task of the pool's rounds needs (the chains' model and its data).
     factory : callable
-        ``factory(n_jobs, **backend_kwargs)``: the ``joblib.Parallel`` to enter.
+        ``factory(n_jobs, **kwargs)``: the ``joblib.Parallel`` to enter (``kwargs``: the
+        ``"multiprocessing"`` backend when the pool forks, none otherwise).
     forkable : bool, default=True
         Whether the tasks may run in forked workers at all (False: joblib's own backend).
     """
@@ -156,6 +146,11 @@ class WorkerPool:
         self.parallel, self._key = None, None
 
     @property
+    def forks(self):
+        """Whether this pool's workers are forked (:func:`forks_workers`, for a forkable pool)."""
+        return self.forkable and forks_workers()
+
+    @property
     def started(self):
         """Whether the workers are running."""
         return self.parallel is not None
@@ -163,7 +158,7 @@ class WorkerPool:
     def start(self):
         """The entered ``joblib.Parallel``, started now if it was not."""
         if self.parallel is None:
-            kwargs = backend_kwargs() if self.forkable else {}
+            kwargs = {"backend": "multiprocessing"} if self.forks else {}
             if kwargs:
                 # Registered before the workers fork, so that each inherits it.
                 self._key = id(self)
@@ -178,9 +173,10 @@ class WorkerPool:
         return self.parallel
 
     def start_seconds(self, loky_seconds=LOKY_START_SECONDS):
-        """What starting this pool's workers costs, in seconds (:func:`start_seconds`), with
-        its first round's shipping of the chains' per-row arrays."""
-        start = start_seconds(loky_seconds) if self.forkable else loky_seconds
+        """What starting this pool's workers costs, in seconds (``loky_seconds`` for loky's, at
+        most :data:`FORK_START_SECONDS` forked), with its first round's shipping of the chains'
+        per-row arrays."""
+        start = min(loky_seconds, FORK_START_SECONDS) if self.forks else loky_seconds
         if start <= 0:
             return start
         return start + ROW_SHIP_SECONDS * float(getattr(self.model, "n_samples", 0) or 0)

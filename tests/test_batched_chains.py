@@ -1,6 +1,8 @@
 """Chains advanced together (stacked states, one batched step per iteration) and the fused
 full-data force: the same draws as each chain run alone, whatever the grouping (n_jobs)."""
 
+import multiprocessing
+
 import numpy as np
 import pytest
 from joblib import Parallel
@@ -13,6 +15,9 @@ from skbayes_sg.minibatch import GradientSpec
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, PoissonModel, WhitenedModel
 from skbayes_sg.models._fused import fused_force
 from skbayes_sg.samplers import SGHMC, SGLD, SGNHT, CCAdL, MCCAdL
+
+#: Tests of forked chain workers: where processes cannot fork (Windows) there are none to test.
+needs_fork = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork here")
 
 
 def _whitened(model):
@@ -247,7 +252,7 @@ def test_a_round_ships_no_row_arrays_and_no_empty_draw_buffer(cancer):
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(r)).kept_draws(), r.kept_draws())
 
 
-@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+@needs_fork
 def test_workers_fork_only_where_nothing_else_was_asked_for(monkeypatch):
     import multiprocessing
     import multiprocessing.pool
@@ -256,15 +261,14 @@ def test_workers_fork_only_where_nothing_else_was_asked_for(monkeypatch):
     from joblib import parallel_config
 
     monkeypatch.setattr(_pools.joblib.parallel, "DEFAULT_MP_CONTEXT", multiprocessing.get_context("fork"))
-    assert _pools.forks_workers()
-    assert _pools.backend_kwargs() == {"backend": "multiprocessing"}
-    assert _pools.start_seconds(1.5) == _pools.FORK_START_SECONDS
+    pool = _pools.WorkerPool(2, object(), None)  # a model of no rows: no shipping cost
+    assert _pools.forks_workers() and pool.forks
+    assert pool.start_seconds(1.5) == _pools.FORK_START_SECONDS
     # A backend the user chose is kept, loky included, and so is dask's or threads'.
     for backend in ("loky", "threading"):
         with parallel_config(backend=backend):
-            assert not _pools.forks_workers()
-            assert _pools.backend_kwargs() == {}
-            assert _pools.start_seconds(1.5) == 1.5
+            assert not _pools.forks_workers() and not pool.forks
+            assert pool.start_seconds(1.5) == 1.5
     # Only n_jobs configured: still joblib's default backend, so forked.
     with parallel_config(n_jobs=2):
         assert _pools.forks_workers()
@@ -300,7 +304,7 @@ def _threaded_pass(n):
         return list(ordered_map(lambda i: i * i, range(n)))
 
 
-@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+@needs_fork
 def test_a_forked_worker_runs_passes_without_its_parents_threads():
     # The parent's pass threads exist (a pass ran), a forked child has none of them: its pass
     # must not hand work to the pool it inherited, which no thread would ever run.
@@ -330,7 +334,7 @@ np.testing.assert_array_equal(one.samples_, two.samples_)
 """
 
 
-@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+@needs_fork
 def test_forked_workers_of_a_default_fit_on_large_data_give_the_draws_of_one_process():
     # A default fit past the exact sampler's bound (minibatch chains over many blocks of rows,
     # the set-up's passes on threads, the workers forked after them): the draws of one process,
@@ -356,3 +360,17 @@ def test_chains_on_a_dask_clusters_rows_never_fork():
         assert not pool.forkable and pool.start_seconds(1.5) == 1.5
     local = SimpleNamespace(model=SimpleNamespace(rows=object()))
     assert chains.worker_pool(local, 2).forkable
+
+
+@needs_fork
+def test_a_forked_pool_pays_its_start_however_many_fits_came_before(monkeypatch):
+    # joblib keeps loky's workers between fits (a later pool costs little), forked workers are
+    # new for every pool: a fit after others still weighs the start and the rows' shipping.
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(_pools.joblib.parallel, "DEFAULT_MP_CONTEXT", multiprocessing.get_context("fork"))
+    monkeypatch.setattr(chains, "_POOLS_STARTED", {2})
+    pool = chains.worker_pool(SimpleNamespace(n_samples=4_000_000), 2)
+    assert pool.forks and pool.start_seconds(1.5) > 0.6
+    assert not chains._go_parallel(2, 2, 1.0, pool)  # saves 1/3 s, costs 0.65 s
+    assert chains._go_parallel(2, 2, 3.0, pool)
