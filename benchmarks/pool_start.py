@@ -2,7 +2,9 @@
 
 Each measurement is a fresh process that has imported skbayes_sg (as a fit's has) and holds a
 32,560 x 124 float64 array (a9a's size); it times entering ``joblib.Parallel(n_jobs)`` with
-the given backend and its first round of ``n_jobs`` tasks, each importing the package's
+the given backend (``forked``: the fits' own :class:`skbayes_sg._pools.WorkerPool`, joblib's
+"multiprocessing" backend with the gc frozen while it forks) and its first round of
+``n_jobs`` tasks, each importing the package's
 sampler and minibatch modules (what a chain's first task imports), then a second round on
 the same workers and the pool's shutdown. ``_pools.LOKY_START_SECONDS`` and
 ``_pools.FORK_START_SECONDS`` come from these figures. Prints one JSON object: per backend,
@@ -34,14 +36,19 @@ def task(x, i):
     return x.shape[0] + i
 
 tic = time.perf_counter()
-parallel = Parallel(n_jobs=n_jobs, backend=backend).__enter__()
+if backend == "forked":  # the fits' own path: _pools.WorkerPool (the gc frozen while it forks)
+    from skbayes_sg._pools import WorkerPool
+    pool = WorkerPool(n_jobs, X, lambda n, **kwargs: Parallel(n_jobs=n, **kwargs))
+    parallel = pool.start()
+else:
+    parallel = Parallel(n_jobs=n_jobs, backend=backend).__enter__()
 parallel(delayed(task)(X, i) for i in range(n_jobs))
 first = time.perf_counter() - tic
 tic = time.perf_counter()
 parallel(delayed(task)(X, i) for i in range(n_jobs))
 second = time.perf_counter() - tic
 tic = time.perf_counter()
-parallel.__exit__(None, None, None)
+pool.close() if backend == "forked" else parallel.__exit__(None, None, None)
 stop = time.perf_counter() - tic
 print(json.dumps({"start_and_first_round": first, "second_round": second, "shutdown": stop}))
 """
@@ -52,7 +59,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--n-jobs", type=int, default=2)
     args = parser.parse_args()
-    runs = {"loky": [], "multiprocessing": []}
+    runs = {"loky": [], "multiprocessing": [], "forked": []}
     for _ in range(args.repeats):
         for backend in runs:  # interleaved
             runs[backend].append(run_child(ROOT, CHILD, [backend, args.n_jobs]))

@@ -297,6 +297,63 @@ def test_workers_fork_only_where_nothing_else_was_asked_for(monkeypatch):
     assert not _pools.forks_workers()
 
 
+@needs_fork
+def test_a_forking_pool_freezes_the_gc_for_joblibs_collection_and_only_then(monkeypatch):
+    # joblib's multiprocessing backend collects all garbage before it forks (70 ms with scipy
+    # and scikit-learn loaded): the parent's objects are frozen then, so that collection skips
+    # them, and unfrozen as soon as the workers run, whether they started or not.
+    import gc
+    import multiprocessing
+
+    from joblib import Parallel
+
+    monkeypatch.setattr(_pools.joblib.parallel, "DEFAULT_MP_CONTEXT", multiprocessing.get_context("fork"))
+    frozen, collect = [], gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a: frozen.append(gc.get_freeze_count()) or collect(*a))
+    pool = _pools.WorkerPool(2, object(), lambda n, **kw: Parallel(n_jobs=n, **kw))
+    assert pool.forks
+    try:
+        pool.start()
+        assert pool.parallel(_pools.joblib.delayed(abs)(-i) for i in range(2)) == [0, 1]
+    finally:
+        pool.close()
+    assert frozen and frozen[0] > 0 and gc.get_freeze_count() == 0
+
+    def fails(n, **kw):
+        class Broken:
+            def __enter__(self):
+                assert gc.get_freeze_count() > 0
+                raise OSError("no processes left")
+
+        return Broken()
+
+    with pytest.raises(OSError, match="no processes left"):
+        _pools.WorkerPool(2, object(), fails).start()
+    assert gc.get_freeze_count() == 0
+    # A pool that does not fork (loky's fresh interpreters) has nothing to share: no freeze.
+    seen = []
+
+    def counted(n, **kw):
+        seen.append(gc.get_freeze_count())
+        return Parallel(n_jobs=1)
+
+    with _pools.joblib.parallel_config(backend="loky"):
+        unforked = _pools.WorkerPool(2, object(), counted)
+        unforked.start()
+        unforked.close()
+    assert seen == [0]
+    # What the process froze itself stays frozen.
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        pool = _pools.WorkerPool(2, object(), lambda n, **kw: Parallel(n_jobs=n, **kw))
+        pool.start()
+        pool.close()
+        assert before > 0 and gc.get_freeze_count() > 0  # (a few frozen objects may have died)
+    finally:
+        gc.unfreeze()
+
+
 def _threaded_pass(n):
     from skbayes_sg.rows._source import block_threads, ordered_map
 
