@@ -19,7 +19,7 @@ except ImportError:  # older joblib vendors it
     from joblib.externals import cloudpickle
 
 from ._blas import one_blas_thread
-from ._pools import LOKY_START_SECONDS, PARALLEL_EFFICIENCY, WorkerPool, resolve
+from ._pools import LOKY_START_SECONDS, PARALLEL_EFFICIENCY, ForkedWorkers, WorkerPool, resolve
 from ._progress import progress_bar
 from .exceptions import DivergenceError
 from .minibatch import ChainsGradient, GradientSpec
@@ -731,11 +731,12 @@ def _rows_held_here(model):
         model = inner
 
 
-def _parallel(n_jobs, **kwargs):
-    """The ``joblib.Parallel`` of the chains' parallel rounds (``kwargs``: the backend's,
-    the forked workers' backend, :meth:`._pools.WorkerPool.start`), its start recorded for :func:`_go_parallel`."""
+def _parallel(n_jobs, forked=False):
+    """The workers of the chains' parallel rounds (:meth:`._pools.WorkerPool.start`): forked
+    ones, or joblib's backend (loky unless configured otherwise), their start recorded for
+    :func:`_go_parallel`."""
     _POOLS_STARTED.add(n_jobs)
-    return Parallel(n_jobs=n_jobs, **kwargs)
+    return ForkedWorkers(n_jobs) if forked else Parallel(n_jobs=n_jobs)
 
 
 def _round(parallel, runners, model, n_steps, n_groups):

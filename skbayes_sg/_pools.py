@@ -4,9 +4,15 @@ joblib's default backend, loky, starts fresh interpreters that import numpy, sci
 scikit-learn and this package before their first task: 1.1-1.2 s for two workers on a
 quiet 2-core machine of the CI kind (``benchmarks/pool_start.py``), more than sharing the
 chains saves on a data set the size of a9a (whose default chains take about 2 s in one
-process). Where processes fork, joblib's ``"multiprocessing"`` backend starts the same
-workers as copies of this process, imports done: 0.1 s. The chains' arithmetic is the same
-in either (each task runs on one BLAS thread), and so are the draws.
+process). Where processes fork, :class:`ForkedWorkers` starts the same workers as copies
+of this process, imports done: 0.02 s for two. The chains' arithmetic is the same in either
+(each task runs on one BLAS thread), and so are the draws.
+
+The forked workers are a standard-library ``multiprocessing`` pool, not joblib's
+``"multiprocessing"`` backend: that backend spawns joblib's resource tracker (a fresh
+interpreter importing joblib, whose start competes with the workers' first rounds for a
+2-core machine's cores), for memory-mapped arrays that tasks naming an inherited model never need, and it
+polls for each result every 10 ms.
 
 Forking is chosen only when nothing else was asked for or would break: the default start
 method is ``fork`` (Linux before Python 3.14; ``JOBLIB_START_METHOD`` is honoured), no
@@ -46,8 +52,8 @@ ROW_SHIP_SECONDS = 1e-7
 
 
 def forks_workers():
-    """Whether a parallel round here runs on forked workers (joblib's ``"multiprocessing"``
-    backend): see the module's docstring for when."""
+    """Whether a parallel round here runs on forked workers (:class:`ForkedWorkers`): see the
+    module's docstring for when."""
     if threading.current_thread() is not threading.main_thread():
         return False
     if multiprocessing.parent_process() is not None:
@@ -62,7 +68,7 @@ def _pool_is_multiprocessing():
     """Whether joblib's ``"multiprocessing"`` backend still runs on ``multiprocessing.Pool``.
 
     Ray's joblib backend, once used, rebases joblib's pool on Ray's actor pool for the rest of
-    the process; its workers are not forks of this process and know nothing of it.
+    the process (and may patch more of it): a process where it did keeps joblib's own choice.
     """
     try:
         import joblib.pool
@@ -94,10 +100,10 @@ _FORKING = False
 def _after_fork_in_child():
     """A worker forked by a :class:`WorkerPool` ignores SIGINT.
 
-    A terminal's Ctrl-C reaches the whole process group: the workers of joblib's
-    ``"multiprocessing"`` pool would die in the middle of a task, and the pool could wait for
-    them for ever (a fit interrupted so hung in about one run in four). Left to the fit's own
-    process, the interrupt stops the rounds there, which keeps the chains as the last round
+    A terminal's Ctrl-C reaches the whole process group: the workers of a ``multiprocessing``
+    pool would die in the middle of a task, and the pool could wait for them for ever (a fit
+    interrupted so hung in about one run in four). Left to the fit's own process, the
+    interrupt stops the rounds there, which keeps the chains as the last round
     left them and stops the workers (``KeyboardInterrupt`` handling in ``_chains``).
     """
     if _FORKING:
@@ -125,6 +131,36 @@ def resolve(model):
     return _INHERITED[model.key] if isinstance(model, _Inherited) else model
 
 
+class ForkedWorkers:
+    """Forked worker processes, called as an entered ``joblib.Parallel`` is: an iterable of
+    ``joblib.delayed`` calls in, their results out in order (a task's exception raised here).
+
+    Parameters
+    ----------
+    n_jobs : int or None
+        As joblib reads it (``-1``: all cores).
+    """
+
+    def __init__(self, n_jobs):
+        self.n_jobs, self._pool = n_jobs, None
+
+    def __enter__(self):
+        self._pool = multiprocessing.get_context("fork").Pool(joblib.effective_n_jobs(self.n_jobs))
+        return self
+
+    def __call__(self, calls):
+        # All submitted before any is awaited, so that the workers run them together; each
+        # result is waited for on its own event, not polled.
+        pending = [self._pool.apply_async(f, args, kwargs) for f, args, kwargs in calls]
+        return [p.get() for p in pending]
+
+    def __exit__(self, *exc_info):
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+
+
 class WorkerPool:
     """The worker processes of a fit's parallel rounds: started on first use, kept until
     :meth:`close`, so that the blocks of ``n_iter="auto"`` share them.
@@ -138,8 +174,8 @@ class WorkerPool:
     model : object
         What every task of the pool's rounds needs (the chains' model and its data).
     factory : callable
-        ``factory(n_jobs, **kwargs)``: the ``joblib.Parallel`` to enter (``kwargs``: the
-        ``"multiprocessing"`` backend when the pool forks, none otherwise).
+        ``factory(n_jobs, forked)``: what to enter, :class:`ForkedWorkers` when ``forked``
+        (the pool forks), else a ``joblib.Parallel``.
     forkable : bool, default=True
         Whether the tasks may run in forked workers at all (False: joblib's own backend).
     """
@@ -159,22 +195,23 @@ class WorkerPool:
         return self.parallel is not None
 
     def start(self):
-        """The entered ``joblib.Parallel``, started now if it was not."""
+        """The entered workers (:class:`ForkedWorkers` or ``joblib.Parallel``), started now if
+        they were not."""
         if self.parallel is None:
-            kwargs = {"backend": "multiprocessing"} if self.forks else {}
-            if kwargs:
+            forked = self.forks
+            if forked:
                 # Registered before the workers fork, so that each inherits it.
                 self._key = id(self)
                 _INHERITED[self._key] = self.model
-            parallel = self._factory(self.n_jobs, **kwargs)
+            parallel = self._factory(self.n_jobs, forked)
             global _FORKING
-            _FORKING = bool(kwargs)
-            # joblib's multiprocessing backend runs a full gc.collect() before it forks (70 ms
-            # with scipy and scikit-learn loaded, a third of the pool's start); frozen, the
-            # parent's objects are skipped by it, and the workers' collections leave their
-            # pages shared (the gc module's advice for forking servers). A process that froze
-            # its own objects keeps them frozen: unfreezing would thaw them too.
-            freeze = _FORKING and gc.get_freeze_count() == 0
+            _FORKING = forked
+            # Frozen, the parent's objects are not touched by the workers' collections, which
+            # leaves their pages shared (the gc module's advice for forking servers; joblib's
+            # multiprocessing backend, used before, also collected all of them first, 70 ms with
+            # scipy and scikit-learn loaded). A process that froze its own objects keeps them
+            # frozen: unfreezing would thaw them too.
+            freeze = forked and gc.get_freeze_count() == 0
             if freeze:
                 gc.freeze()
             try:

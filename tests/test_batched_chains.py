@@ -151,11 +151,12 @@ def test_draws_are_identical_for_n_jobs_1_and_2(cancer, monkeypatch, kw, forks):
         pytest.skip("worker processes are not forked here")
     monkeypatch.setattr(_pools, "forks_workers", lambda: forks)
     groups, shipped = [], []
-    monkeypatch.setattr(chains, "Parallel", lambda **kw: groups.append(kw) or Parallel(**kw))
+    factory = chains._parallel
+    monkeypatch.setattr(chains, "_parallel", lambda n, forked: groups.append((n, forked)) or factory(n, forked))
     round_ = chains._round
     monkeypatch.setattr(chains, "_round", lambda p, r, m, *a: shipped.append(type(m)) or round_(p, r, m, *a))
     two = SGBayesLogisticRegression(n_iter=600, n_chains=3, n_jobs=2, random_state=0, **kw).fit(X, y)
-    assert groups == [{"n_jobs": 2, "backend": "multiprocessing"} if forks else {"n_jobs": 2}]
+    assert groups == [(2, forks)]
     # Forked workers find the model in their copy of the process: tasks carry its name.
     assert (_pools._Inherited in shipped) == forks
     assert not _pools._INHERITED  # the fit's pool forgot its model
@@ -298,19 +299,26 @@ def test_workers_fork_only_where_nothing_else_was_asked_for(monkeypatch):
 
 
 @needs_fork
-def test_a_forking_pool_freezes_the_gc_for_joblibs_collection_and_only_then(monkeypatch):
-    # joblib's multiprocessing backend collects all garbage before it forks (70 ms with scipy
-    # and scikit-learn loaded): the parent's objects are frozen then, so that collection skips
-    # them, and unfrozen as soon as the workers run, whether they started or not.
+def test_a_forking_pool_freezes_the_gc_while_it_forks_and_only_then(monkeypatch):
+    # The parent's objects are frozen while the workers fork, so that the workers' collections
+    # leave their pages shared, and unfrozen as soon as the workers run, whether they started
+    # or not.
     import gc
     import multiprocessing
 
-    from joblib import Parallel
-
     monkeypatch.setattr(_pools.joblib.parallel, "DEFAULT_MP_CONTEXT", multiprocessing.get_context("fork"))
-    frozen, collect = [], gc.collect
-    monkeypatch.setattr(gc, "collect", lambda *a: frozen.append(gc.get_freeze_count()) or collect(*a))
-    pool = _pools.WorkerPool(2, object(), lambda n, **kw: Parallel(n_jobs=n, **kw))
+    frozen = []
+
+    class Recorded(_pools.ForkedWorkers):
+        def __enter__(self):
+            frozen.append(gc.get_freeze_count())
+            return super().__enter__()
+
+    def factory(n, forked):
+        assert forked
+        return Recorded(n)
+
+    pool = _pools.WorkerPool(2, object(), factory)
     assert pool.forks
     try:
         pool.start()
@@ -319,21 +327,19 @@ def test_a_forking_pool_freezes_the_gc_for_joblibs_collection_and_only_then(monk
         pool.close()
     assert frozen and frozen[0] > 0 and gc.get_freeze_count() == 0
 
-    def fails(n, **kw):
-        class Broken:
-            def __enter__(self):
-                assert gc.get_freeze_count() > 0
-                raise OSError("no processes left")
-
-        return Broken()
+    class Broken:
+        def __enter__(self):
+            assert gc.get_freeze_count() > 0
+            raise OSError("no processes left")
 
     with pytest.raises(OSError, match="no processes left"):
-        _pools.WorkerPool(2, object(), fails).start()
+        _pools.WorkerPool(2, object(), lambda n, forked: Broken()).start()
     assert gc.get_freeze_count() == 0
     # A pool that does not fork (loky's fresh interpreters) has nothing to share: no freeze.
     seen = []
 
-    def counted(n, **kw):
+    def counted(n, forked):
+        assert not forked
         seen.append(gc.get_freeze_count())
         return Parallel(n_jobs=1)
 
@@ -346,12 +352,33 @@ def test_a_forking_pool_freezes_the_gc_for_joblibs_collection_and_only_then(monk
     gc.freeze()
     try:
         before = gc.get_freeze_count()
-        pool = _pools.WorkerPool(2, object(), lambda n, **kw: Parallel(n_jobs=n, **kw))
+        pool = _pools.WorkerPool(2, object(), lambda n, forked: _pools.ForkedWorkers(n))
         pool.start()
         pool.close()
         assert before > 0 and gc.get_freeze_count() > 0  # (a few frozen objects may have died)
     finally:
         gc.unfreeze()
+
+
+@needs_fork
+def test_forked_workers_run_tasks_in_order_raise_their_errors_and_start_no_other_process(monkeypatch):
+    # The forked pool is the standard library's: results in the order of the calls, a task's
+    # exception raised in the caller, and no process beside the workers (joblib's backend spawned
+    # its resource tracker, a fresh interpreter whose start took the workers' CPU).
+    import multiprocessing
+
+    from joblib import delayed
+
+    before = set(multiprocessing.active_children())
+    with _pools.ForkedWorkers(2) as workers:
+        assert workers(delayed(pow)(i, 2) for i in range(5)) == [0, 1, 4, 9, 16]
+        with pytest.raises(ZeroDivisionError):
+            workers(delayed(divmod)(1, i) for i in (1, 0))
+        children = set(multiprocessing.active_children()) - before
+        assert len(children) == 2
+        assert all(child._popen.method == "fork" for child in children)
+        assert workers(delayed(abs)(-3) for _ in range(1)) == [3]  # still running after an error
+    assert not set(multiprocessing.active_children()) - before
 
 
 def _threaded_pass(n):
