@@ -2,10 +2,10 @@
 
 Each measurement is a fresh process that has imported skbayes_sg (as a fit's has) and holds a
 32,560 x 124 float64 array (a9a's size); it times entering ``joblib.Parallel(n_jobs)`` with
-the given backend (``forked``: the fits' own :class:`skbayes_sg._pools.WorkerPool`, joblib's
-"multiprocessing" backend with the gc frozen while it forks) and its first round of
-``n_jobs`` tasks, each importing the package's
-sampler and minibatch modules (what a chain's first task imports), then a second round on
+the given backend (``forked``: the fits' own :class:`skbayes_sg._pools.WorkerPool`, a
+standard-library pool forked with the gc frozen, whose tasks name the array its workers
+inherited, as a fit's name its model) and its first round of ``n_jobs`` tasks, each importing
+the package's sampler and minibatch modules (what a chain's first task imports), then a second round on
 the same workers and the pool's shutdown. ``_pools.LOKY_START_SECONDS`` and
 ``_pools.FORK_START_SECONDS`` come from these figures. Prints one JSON object: per backend,
 the median seconds of each phase and every run.
@@ -33,19 +33,22 @@ X = np.random.default_rng(0).random((32560, 124))
 
 def task(x, i):
     import skbayes_sg.minibatch, skbayes_sg.samplers
-    return x.shape[0] + i
+    from skbayes_sg._pools import resolve
+    return resolve(x).shape[0] + i
 
 tic = time.perf_counter()
 if backend == "forked":  # the fits' own path: _pools.WorkerPool (the gc frozen while it forks)
-    from skbayes_sg._pools import WorkerPool
-    pool = WorkerPool(n_jobs, X, lambda n, **kwargs: Parallel(n_jobs=n, **kwargs))
+    from skbayes_sg._pools import ForkedWorkers, WorkerPool
+    pool = WorkerPool(n_jobs, X, lambda n, forked: ForkedWorkers(n) if forked else Parallel(n_jobs=n))
     parallel = pool.start()
+    arg = pool.ship(X)  # the array's name, as a fit's tasks name its inherited model
 else:
     parallel = Parallel(n_jobs=n_jobs, backend=backend).__enter__()
-parallel(delayed(task)(X, i) for i in range(n_jobs))
+    arg = X
+parallel(delayed(task)(arg, i) for i in range(n_jobs))
 first = time.perf_counter() - tic
 tic = time.perf_counter()
-parallel(delayed(task)(X, i) for i in range(n_jobs))
+parallel(delayed(task)(arg, i) for i in range(n_jobs))
 second = time.perf_counter() - tic
 tic = time.perf_counter()
 pool.close() if backend == "forked" else parallel.__exit__(None, None, None)

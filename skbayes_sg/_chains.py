@@ -535,13 +535,14 @@ def call_with_model(worker, model, method, *args):
 def _advance(runners, model, n_steps, rows=None):
     """One task: a group of chains advanced by ``n_steps`` (:func:`advance_group`) with the model
     attached, and with ``rows`` (one :meth:`~.minibatch.MinibatchGradient.detach_rows` per
-    runner; None: they kept theirs), detached again before the runners travel back."""
+    runner, its arrays or their inherited names; None: they kept theirs), detached again before
+    the runners travel back."""
     tic = time.perf_counter()
     model = resolve(model)
     for i, r in enumerate(runners):
         r.grad_estimator.model = model
         if rows is not None:
-            _attach_rows(r, rows[i])
+            _attach_rows(r, None if rows[i] is None else tuple(resolve(a) for a in rows[i]))
     try:
         with one_blas_thread():
             advance_group(runners, n_steps)
@@ -560,6 +561,17 @@ def _detach_rows(runner):
     """The runner's per-row arrays, removed from its gradient estimator (None if it has none)."""
     detach = getattr(runner.grad_estimator, "detach_rows", None)
     return None if detach is None else detach()
+
+
+def _row_arrays(runners):
+    """The runners' per-row arrays (:func:`_detach_rows`'s, left in place), for forked workers to
+    inherit (:meth:`._pools.WorkerPool.start`)."""
+    arrays = []
+    for r in runners:
+        held = _detach_rows(r)
+        _attach_rows(r, held)
+        arrays.extend(() if held is None else held)
+    return arrays
 
 
 def _attach_rows(runner, held):
@@ -671,14 +683,15 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
             ):
                 # Workers running, or costing nothing to start, or chains known to be slow
                 # enough: no first round here to decide.
-                parallel = pool.start()
+                parallel = pool.start(_row_arrays(runners))
             bar = stack.enter_context(progress_bar(sum(r.n_iter - r.t for r in runners), desc)) if verbose else None
             while not all(r.done for r in runners):
                 step = max(1, min(chunk, cap))
                 before = sum(r.t for r in runners)
                 tic = time.perf_counter()
                 shipped = model if parallel is None else pool.ship(model)
-                runners = _round(parallel, runners, shipped, step, workers if parallel else 1)
+                ship_rows = None if parallel is None else pool.ship
+                runners = _round(parallel, runners, shipped, step, workers if parallel else 1, ship_rows)
                 elapsed = time.perf_counter() - tic
                 if verbose:
                     bar.update(sum(r.t for r in runners) - before)
@@ -686,7 +699,7 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
                 if parallel is None and not all(r.done for r in runners):
                     left = max(r.n_iter - r.t for r in runners) * elapsed / step
                     if _go_parallel(n_jobs, workers, left, pool):
-                        parallel = pool.start()
+                        parallel = pool.start(_row_arrays(runners))
                         first_round = True  # the next round's time includes starting the workers
                         continue
                 if first_round:
@@ -739,9 +752,11 @@ def _parallel(n_jobs, forked=False):
     return ForkedWorkers(n_jobs) if forked else Parallel(n_jobs=n_jobs)
 
 
-def _round(parallel, runners, model, n_steps, n_groups):
+def _round(parallel, runners, model, n_steps, n_groups, ship=None):
     """One round: every runner advanced by ``n_steps`` in ``n_groups`` groups (tasks of
-    ``parallel``, or in this process if it is None), shipping only the round's draws.
+    ``parallel``, or in this process if it is None), shipping only the round's draws, and the
+    per-row arrays as ``ship`` gives them (a forked pool's names of the arrays its workers
+    inherited; None: the arrays).
 
     On an interrupt, wherever it lands, every runner is given back whole: advanced in
     place (this process), as returned (a worker's round that completed) or as it was.
@@ -758,8 +773,9 @@ def _round(parallel, runners, model, n_steps, n_groups):
             # share (a runner pickles itself apart, so it would carry its own), none come back.
             for r in runners:
                 rows.append(_detach_rows(r))
+            carried = rows if ship is None else [None if h is None else tuple(ship(a) for a in h) for h in rows]
             advanced = parallel(
-                delayed(_advance)([runners[i] for i in g], model, n_steps, [rows[i] for i in g]) for g in groups
+                delayed(_advance)([runners[i] for i in g], model, n_steps, [carried[i] for i in g]) for g in groups
             )
         for i, r in enumerate(r for group in advanced for r in group):
             if rows:

@@ -37,17 +37,18 @@ import joblib.parallel
 #: What starting a pool of loky worker processes costs, in seconds (1.1-1.2 s for two on a
 #: quiet 2-core machine, 1-3 s on a busy one).
 LOKY_START_SECONDS = 1.5
-#: What a pool of forked workers costs, start to shutdown, in seconds: 0.06 s to start two (the
-#: gc frozen while they fork; 0.12 s with joblib's own pre-fork collection) and 0.11 s to stop
-#: them on a quiet 2-core machine, rounded up as measured before the freeze, so that a fit
-#: forks only where the saving is clear.
-FORK_START_SECONDS = 0.25
+#: What a pool of forked workers costs, in seconds: starting two, their first round and
+#: stopping them take 0.02 s on a quiet 2-core machine (``benchmarks/pool_start.py``), and
+#: their first 64 iterations run up to twice as slowly as later ones (caches and pages of a
+#: fresh process), 0.05-0.1 s on N = 2e4's chains. At this cost the synthetic fits of
+#: N = 2e4 to 4e6 and a9a fork and are 0.07-0.15 s faster; at 0.25 they kept one process.
+FORK_START_SECONDS = 0.1
 #: The share of the ideal speed-up that chains shared among workers get: two workers ran a9a's
 #: default chains 1.45 times as fast as one process (they contend for memory bandwidth), HMC's
 #: full-data chains at N = 2e4 1.5 times.
 PARALLEL_EFFICIENCY = 0.75
 #: Seconds per data row that a pool's first round spends shipping the chains' per-row arrays
-#: (their row distributions) to the workers: 0.4 s at N = 4e6.
+#: (their row distributions) to workers that did not inherit them: 0.4 s at N = 4e6.
 ROW_SHIP_SECONDS = 1e-7
 
 
@@ -165,8 +166,9 @@ class WorkerPool:
     """The worker processes of a fit's parallel rounds: started on first use, kept until
     :meth:`close`, so that the blocks of ``n_iter="auto"`` share them.
 
-    Forked workers (:func:`forks_workers`) inherit ``model``, and tasks name it
-    (:meth:`ship`); loky's receive it with each task, as joblib memory-maps large arrays.
+    Forked workers (:func:`forks_workers`) inherit ``model`` (and the objects given to
+    :meth:`start`), and tasks name it (:meth:`ship`); loky's receive it with each task, as
+    joblib memory-maps large arrays.
 
     Parameters
     ----------
@@ -182,7 +184,7 @@ class WorkerPool:
 
     def __init__(self, n_jobs, model, factory, forkable=True):
         self.n_jobs, self.model, self._factory, self.forkable = n_jobs, model, factory, forkable
-        self.parallel, self._key = None, None
+        self.parallel, self._key, self._names = None, None, {}
 
     @property
     def forks(self):
@@ -194,15 +196,24 @@ class WorkerPool:
         """Whether the workers are running."""
         return self.parallel is not None
 
-    def start(self):
+    def start(self, inherit=()):
         """The entered workers (:class:`ForkedWorkers` or ``joblib.Parallel``), started now if
-        they were not."""
+        they were not.
+
+        ``inherit``: objects besides the model that tasks will carry (the chains' per-row
+        arrays, O(N) each) and that forked workers should find in their copy of this process
+        instead (:meth:`ship`).
+        """
         if self.parallel is None:
             forked = self.forks
             if forked:
-                # Registered before the workers fork, so that each inherits it.
+                # Registered before the workers fork, so that each inherits them.
                 self._key = id(self)
                 _INHERITED[self._key] = self.model
+                for obj in inherit:
+                    if obj is not None and id(obj) not in self._names:
+                        self._names[id(obj)] = key = (self._key, id(obj))
+                        _INHERITED[key] = obj
             parallel = self._factory(self.n_jobs, forked)
             global _FORKING
             _FORKING = forked
@@ -223,23 +234,33 @@ class WorkerPool:
         return self.parallel
 
     def start_seconds(self, loky_seconds=LOKY_START_SECONDS):
-        """What starting this pool's workers costs, in seconds (``loky_seconds`` for loky's, at
-        most :data:`FORK_START_SECONDS` forked), with its first round's shipping of the chains'
-        per-row arrays."""
-        start = min(loky_seconds, FORK_START_SECONDS) if self.forks else loky_seconds
-        if start <= 0:
-            return start
-        return start + ROW_SHIP_SECONDS * float(getattr(self.model, "n_samples", 0) or 0)
+        """What starting this pool's workers costs, in seconds: at most
+        :data:`FORK_START_SECONDS` forked (the workers inherit the chains' per-row arrays), else
+        ``loky_seconds`` and the first round's shipping of those arrays."""
+        if self.forks:
+            return min(loky_seconds, FORK_START_SECONDS)
+        if loky_seconds <= 0:
+            return loky_seconds
+        return loky_seconds + ROW_SHIP_SECONDS * float(getattr(self.model, "n_samples", 0) or 0)
 
-    def ship(self, model):
-        """What a task carries for ``model``: its name if the workers inherited it."""
-        return _Inherited(self._key) if self._key is not None and model is self.model else model
+    def ship(self, obj):
+        """What a task carries for ``obj`` (the model, or an object given to :meth:`start`): its
+        name if the workers inherited it, else itself."""
+        if self._key is None:
+            return obj
+        if obj is self.model:
+            return _Inherited(self._key)
+        key = self._names.get(id(obj))
+        # The identity check: an object collected since may have left its id to another.
+        return _Inherited(key) if key is not None and _INHERITED.get(key) is obj else obj
 
     def close(self, *exc_info):
         """Stop the workers (if started) and forget the model."""
         parallel, self.parallel = self.parallel, None
         _INHERITED.pop(self._key, None)
-        self._key = None
+        for key in self._names.values():
+            _INHERITED.pop(key, None)
+        self._key, self._names = None, {}
         if parallel is not None:
             parallel.__exit__(*(exc_info or (None, None, None)))
 

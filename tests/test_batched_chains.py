@@ -165,6 +165,37 @@ def test_draws_are_identical_for_n_jobs_1_and_2(cancer, monkeypatch, kw, forks):
         np.testing.assert_array_equal(one.sample_stats_[key], two.sample_stats_[key])
 
 
+@pytest.mark.parametrize("forks", [True, False], ids=["forked", "loky"])
+def test_forked_workers_inherit_the_chains_per_row_arrays(cancer, monkeypatch, forks):
+    # The control variate's rows are drawn by their leverages: a row distribution and row scales,
+    # O(N) each. Forked workers find them in their copy of the process (tasks carry their
+    # names, as for the model); loky's receive them. The draws are one process's either way.
+    X, y = cancer
+    kw = dict(n_iter=400, n_chains=3, random_state=0, sampler="sghmc", batch_size=64)
+    one = SGBayesLogisticRegression(n_jobs=1, **kw).fit(X, y)
+    monkeypatch.setattr(chains, "PROCESS_START_SECONDS", 0.0)
+    if forks and not _pools.forks_workers():
+        pytest.skip("worker processes are not forked here")
+    monkeypatch.setattr(_pools, "forks_workers", lambda: forks)
+    carried, delayed = [], chains.delayed
+
+    def recorded(f):
+        def call(*args):
+            carried.extend(args[3])  # _advance's rows, as the task carries them
+            return delayed(f)(*args)
+
+        return call
+
+    monkeypatch.setattr(chains, "delayed", recorded)
+    two = SGBayesLogisticRegression(n_jobs=2, **kw).fit(X, y)
+    np.testing.assert_array_equal(one.samples_, two.samples_)
+    held = [a for rows in carried for a in rows]
+    assert held and all(a is not None for a in held)
+    assert all(isinstance(a, _pools._Inherited) for a in held) == forks
+    assert any(isinstance(a, np.ndarray) for a in held) != forks
+    assert not _pools._INHERITED  # the fit's pool forgot what its workers inherited
+
+
 def test_a_short_fit_stays_in_this_process(cancer, monkeypatch):
     # Starting worker processes costs more than a small data set's chains: they run here.
     X, y = cancer
@@ -449,12 +480,17 @@ def test_chains_on_a_dask_clusters_rows_never_fork():
 @needs_fork
 def test_a_forked_pool_pays_its_start_however_many_fits_came_before(monkeypatch):
     # joblib keeps loky's workers between fits (a later pool costs little), forked workers are
-    # new for every pool: a fit after others still weighs the start and the rows' shipping.
+    # new for every pool: a fit after others still weighs their start, and only that (they
+    # inherit the rows, which loky's receive in their first round).
     from types import SimpleNamespace
 
     monkeypatch.setattr(_pools.joblib.parallel, "DEFAULT_MP_CONTEXT", multiprocessing.get_context("fork"))
     monkeypatch.setattr(chains, "_POOLS_STARTED", {2})
     pool = chains.worker_pool(SimpleNamespace(n_samples=4_000_000), 2)
-    assert pool.forks and pool.start_seconds(1.5) > 0.6
-    assert not chains._go_parallel(2, 2, 1.0, pool)  # saves 1/3 s, costs 0.65 s
-    assert chains._go_parallel(2, 2, 3.0, pool)
+    assert pool.forks and pool.start_seconds(1.5) == _pools.FORK_START_SECONDS
+    saved = 1.0 - 1.0 / (2 * _pools.PARALLEL_EFFICIENCY)  # of the work left
+    assert not chains._go_parallel(2, 2, 0.9 * _pools.FORK_START_SECONDS / saved, pool)
+    assert chains._go_parallel(2, 2, 1.1 * _pools.FORK_START_SECONDS / saved, pool)
+    with _pools.joblib.parallel_config(backend="loky"):
+        loky = chains.worker_pool(SimpleNamespace(n_samples=4_000_000), 2)
+        assert not loky.forks and loky.start_seconds(1.5) == pytest.approx(1.5 + 0.4)
