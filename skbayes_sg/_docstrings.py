@@ -89,9 +89,10 @@ n_chains : int, default=4
     Independent chains; R-hat needs at least 2.""",
     "n_jobs": """\
 n_jobs : int or None, default=None
-    Chains run in parallel with joblib, in groups on ``n_jobs`` worker processes once their
-    work outweighs starting them (on Linux forked from this process, which takes a tenth of a
-    second; elsewhere, or under a ``joblib.parallel_config`` backend, that backend's), and
+    Chains run in parallel, in groups on ``n_jobs`` worker processes once their work
+    outweighs starting them (on Linux forked from this process, which takes a few
+    hundredths of a second; elsewhere, or under a ``joblib.parallel_config`` backend, that
+    joblib backend's), and
     the fit's full-data passes (the prior's scales, the MAP, its Hessian, the leverages, the
     KSD's scores) by blocks of rows on up to ``n_jobs`` threads (at most the machine's
     cores). Draws do not depend on ``n_jobs``.""",

@@ -18,8 +18,10 @@ Forking is chosen only when nothing else was asked for or would break: the defau
 method is ``fork`` (Linux before Python 3.14; ``JOBLIB_START_METHOD`` is honoured), no
 ``joblib.parallel_config`` backend is in force (``parallel_config(backend="loky")`` keeps
 loky, and dask's backend stays dask's), and this is the main thread of a top-level process
-(joblib would run a multiprocessing backend nested in a worker or a thread on one job), and
-joblib's pool is still the standard library's (Ray's joblib backend, once used, replaces it).
+(a fork from another thread copies the process while its other threads may hold locks, and
+a worker's chains are not split further), and joblib's pool is still the standard library's
+(Ray's joblib backend, once used, rebases it on Ray's actors: such a process keeps joblib's
+choice).
 A process whose libraries cannot be forked safely (a GNU OpenMP runtime that another library
 has already used, say) keeps fresh interpreters with ``joblib.parallel_config(backend="loky")``
 around the fit.
