@@ -1,4 +1,5 @@
-"""Which joblib backend a parallel round of chains runs on, and what starting its workers costs.
+"""Where a parallel round of chains runs (forked workers, or a joblib backend), and what
+starting its workers costs.
 
 joblib's default backend, loky, starts fresh interpreters that import numpy, scipy,
 scikit-learn and this package before their first task: 1.1-1.2 s for two workers on a
@@ -11,8 +12,9 @@ of this process, imports done: 0.02 s for two. The chains' arithmetic is the sam
 The forked workers are a standard-library ``multiprocessing`` pool, not joblib's
 ``"multiprocessing"`` backend: that backend spawns joblib's resource tracker (a fresh
 interpreter importing joblib, whose start competes with the workers' first rounds for a
-2-core machine's cores), for memory-mapped arrays that tasks naming an inherited model never need, and it
-polls for each result every 10 ms.
+2-core machine's cores) for memory-mapped arrays, which tasks naming what the workers
+inherited (the model, the chains' per-row arrays) never need, and it polls for each result
+every 10 ms.
 
 Forking is chosen only when nothing else was asked for or would break: the default start
 method is ``fork`` (Linux before Python 3.14; ``JOBLIB_START_METHOD`` is honoured), no
