@@ -9,6 +9,7 @@ import pickle
 import time
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
@@ -675,7 +676,7 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
     try:
         with ExitStack() as stack:
             if pool is None:
-                pool = stack.enter_context(worker_pool(model, n_jobs))
+                pool = stack.enter_context(worker_pool(model, n_jobs, len(runners)))
             if workers > 1 and (
                 pool.started
                 or pool.start_seconds(PROCESS_START_SECONDS) <= 0
@@ -724,12 +725,15 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
     return runners
 
 
-def worker_pool(model, n_jobs=None):
+def worker_pool(model, n_jobs=None, n_chains=None):
     """A :class:`~._pools.WorkerPool` for :func:`advance_chains` calls on ``model`` that should
     share their workers (the blocks of one fit); use it as a context manager. Its workers may
     be forked only when the model's rows are in this process (not a dask cluster's, whose
-    client a forked copy could not use)."""
-    return WorkerPool(n_jobs, model, _parallel, forkable=_rows_held_here(model))
+    client a forked copy could not use). A round has at most one task per chain, so the pool
+    starts no more than ``n_chains`` workers (``n_jobs=-1`` on a 64-core machine and four
+    chains: four processes, not 64)."""
+    factory = _parallel if n_chains is None else partial(_parallel, max_workers=n_chains)
+    return WorkerPool(n_jobs, model, factory, forkable=_rows_held_here(model))
 
 
 def _rows_held_here(model):
@@ -744,12 +748,13 @@ def _rows_held_here(model):
         model = inner
 
 
-def _parallel(n_jobs, forked=False):
+def _parallel(n_jobs, forked=False, max_workers=None):
     """The workers of the chains' parallel rounds (:meth:`._pools.WorkerPool.start`): forked
-    ones, or joblib's backend (loky unless configured otherwise), their start recorded for
-    :func:`_go_parallel`."""
+    ones, or joblib's backend (loky unless configured otherwise), at most ``max_workers`` of
+    them, their start recorded for :func:`_go_parallel`."""
     _POOLS_STARTED.add(n_jobs)
-    return ForkedWorkers(n_jobs) if forked else Parallel(n_jobs=n_jobs)
+    n = n_jobs if max_workers is None else min(effective_n_jobs(n_jobs), max_workers)
+    return ForkedWorkers(n) if forked else Parallel(n_jobs=n)
 
 
 def _round(parallel, runners, model, n_steps, n_groups, ship=None):

@@ -152,7 +152,9 @@ def test_draws_are_identical_for_n_jobs_1_and_2(cancer, monkeypatch, kw, forks):
     monkeypatch.setattr(_pools, "forks_workers", lambda: forks)
     groups, shipped = [], []
     factory = chains._parallel
-    monkeypatch.setattr(chains, "_parallel", lambda n, forked: groups.append((n, forked)) or factory(n, forked))
+    monkeypatch.setattr(
+        chains, "_parallel", lambda n, forked, **kw: groups.append((n, forked)) or factory(n, forked, **kw)
+    )
     round_ = chains._round
     monkeypatch.setattr(chains, "_round", lambda p, r, m, *a: shipped.append(type(m)) or round_(p, r, m, *a))
     two = SGBayesLogisticRegression(n_iter=600, n_chains=3, n_jobs=2, random_state=0, **kw).fit(X, y)
@@ -410,6 +412,30 @@ def test_forked_workers_run_tasks_in_order_raise_their_errors_and_start_no_other
         assert all(child._popen.method == "fork" for child in children)
         assert workers(delayed(abs)(-3) for _ in range(1)) == [3]  # still running after an error
     assert not set(multiprocessing.active_children()) - before
+
+
+@pytest.mark.parametrize("forks", [True, False], ids=["forked", "loky"])
+def test_a_pool_starts_no_more_workers_than_chains(monkeypatch, forks):
+    # A round has one task per group of chains: n_jobs=8 with three chains starts three workers
+    # (n_jobs=-1 on a many-core machine would otherwise fork, or spawn, one per core).
+    import multiprocessing
+    from types import SimpleNamespace
+
+    if forks and not _pools.forks_workers():
+        pytest.skip("worker processes are not forked here")
+    monkeypatch.setattr(_pools, "forks_workers", lambda: forks)
+    before = set(multiprocessing.active_children())
+    pool = chains.worker_pool(SimpleNamespace(n_samples=10), 8, 3)
+    try:
+        parallel = pool.start()
+        if forks:
+            assert len(set(multiprocessing.active_children()) - before) == 3
+        else:
+            assert parallel.n_jobs == 3
+    finally:
+        pool.close()
+    # Without the chains' count, n_jobs as given.
+    assert chains.worker_pool(SimpleNamespace(n_samples=10), 8)._factory(8, False).n_jobs == 8
 
 
 def _threaded_pass(n):

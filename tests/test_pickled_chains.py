@@ -55,7 +55,9 @@ def test_draws_with_an_array_alpha_are_identical_for_n_jobs_1_and_2(data, monkey
     monkeypatch.setattr(_pools, "forks_workers", lambda: forks)
     groups = []
     factory = chains._parallel
-    monkeypatch.setattr(chains, "_parallel", lambda n, forked: groups.append((n, forked)) or factory(n, forked))
+    monkeypatch.setattr(
+        chains, "_parallel", lambda n, forked, **kw: groups.append((n, forked)) or factory(n, forked, **kw)
+    )
     two = SGBayesLogisticRegression(n_jobs=2, **KW).fit(X, y)
     assert groups == [(2, forks)]
     np.testing.assert_array_equal(one.samples_, two.samples_)

@@ -69,7 +69,7 @@ def run_blocks(est, sampler, plan, first, burn_in, max_draws):
     summary = None
     try:
         # One pool of workers for all the blocks, started when a block is long enough.
-        with worker_pool(chain_model, est.n_jobs) as pool:
+        with worker_pool(chain_model, est.n_jobs, len(runners)) as pool:
             runners = advance_chains(runners, chain_model, est.n_jobs, est.verbose, pool=pool)
             while est.n_iter == "auto":
                 summary = est._run_length_summary(np.stack([r.kept_draws() for r in runners]))
