@@ -218,6 +218,26 @@ def test_a_diverging_batched_chain_names_its_iteration(cancer):
     assert info.value.iteration is not None
 
 
+@needs_fork
+def test_a_chain_diverging_in_a_forked_worker_names_its_iteration(cancer, monkeypatch):
+    # The forked pool raises a task's exception in the fit's process: the same error, with its
+    # iteration, as one process gives.
+    from skbayes_sg.exceptions import DivergenceError
+
+    X, y = cancer
+    kw = dict(sampler=SGLD(step_size=50.0, preconditioner="none"), n_iter=2000, random_state=0)
+    with pytest.raises(DivergenceError) as alone:
+        SGBayesLogisticRegression(n_jobs=1, **kw).fit(X, y)
+    monkeypatch.setattr(chains, "PROCESS_START_SECONDS", 0.0)
+    monkeypatch.setattr(_pools, "FORK_START_SECONDS", 0.0)
+    monkeypatch.setattr(chains, "_POOLS_STARTED", set())
+    with pytest.raises(DivergenceError, match=r"non-finite by iteration \d+") as forked:
+        SGBayesLogisticRegression(n_jobs=2, **kw).fit(X, y)
+    assert chains._POOLS_STARTED == {2}  # the chains ran on forked workers
+    assert forked.value.iteration == alone.value.iteration
+    assert not _pools._INHERITED
+
+
 def test_row_dots_and_scaled_normals_round_as_each_chain_alone():
     # The stacked kernels' shortcuts must give every row exactly what the chain alone computes.
     from skbayes_sg.samplers._batched import ChainsState, ou_coefficients, row_dots
