@@ -15,6 +15,7 @@ are never a BLAS or an OpenMP runtime (a BLAS reached through a symbolic link ha
 library's name), so they are skipped.
 """
 
+import contextlib
 import functools
 import re
 import sys
@@ -55,9 +56,18 @@ def _controller():
 
 def one_blas_thread():
     """A context manager limiting every BLAS of the process to one thread, as
-    ``threadpool_limits(limits=1, user_api="blas")`` does."""
+    ``threadpool_limits(limits=1, user_api="blas")`` does.
+
+    Where every BLAS already runs one thread it sets nothing: in a worker forked during a fit
+    (which inherits the fit's limit), setting OpenBLAS's thread count restarts its thread
+    server, whose new threads then spin for about 0.1 s each (two per worker, one per
+    OpenBLAS loaded), taking the cores the workers' first rounds run on.
+    """
     try:
-        return _controller().limit(limits=1, user_api="blas")
+        blas = _controller().select(user_api="blas")
+        if all(lib.num_threads == 1 for lib in blas.lib_controllers):
+            return contextlib.nullcontext()
+        return blas.limit(limits=1)
     except Exception:  # a controller that cannot be made here: threadpoolctl's own path
         return threadpool_limits(limits=1, user_api="blas")
 
