@@ -42,10 +42,9 @@ import joblib.parallel
 #: quiet 2-core machine, 1-3 s on a busy one).
 LOKY_START_SECONDS = 1.5
 #: What a pool of forked workers costs, in seconds: starting two, their first round and
-#: stopping them take 0.02 s on a quiet 2-core machine (``benchmarks/pool_start.py``), and
-#: their first 64 iterations run up to twice as slowly as later ones (caches and pages of a
-#: fresh process), 0.05-0.1 s on N = 2e4's chains. At this cost the synthetic fits of
-#: N = 2e4 to 4e6 and a9a fork and are 0.07-0.15 s faster; at 0.25 they kept one process.
+#: stopping them take 0.02 s on a quiet 2-core machine (``benchmarks/pool_start.py``); the
+#: rest is a margin for a busier machine. At this cost the synthetic fits of N = 2e4 to 1e6
+#: and all of a9a's chains fork and are 0.1-0.2 s faster; at 0.25 they kept one process.
 FORK_START_SECONDS = 0.1
 #: The share of the ideal speed-up that chains shared among workers get: two workers ran a9a's
 #: default chains 1.45 times as fast as one process (they contend for memory bandwidth), HMC's
