@@ -139,30 +139,63 @@ class ForkedWorkers:
     """Forked worker processes, called as an entered ``joblib.Parallel`` is: an iterable of
     ``joblib.delayed`` calls in, their results out in order (a task's exception raised here).
 
+    A worker that dies in a task (killed for lack of memory, say) raises joblib's
+    ``TerminatedWorkerError``, as loky's workers do, where a ``multiprocessing`` pool would wait
+    for the lost result for ever.
+
     Parameters
     ----------
     n_jobs : int or None
         As joblib reads it (``-1``: all cores).
     """
 
+    #: Seconds between checks that every worker is alive while a result is awaited (a result
+    #: that arrives is returned at once).
+    CHECK_SECONDS = 0.5
+
     def __init__(self, n_jobs):
-        self.n_jobs, self._pool = n_jobs, None
+        self.n_jobs, self._pool, self._pids = n_jobs, None, None
 
     def __enter__(self):
         self._pool = multiprocessing.get_context("fork").Pool(joblib.effective_n_jobs(self.n_jobs))
+        self._pids = self._worker_pids()
         return self
+
+    def _worker_pids(self):
+        # The pool replaces a worker that exits; its list of processes is private but has been
+        # the same since Python 3.2.
+        return {w.pid for w in getattr(self._pool, "_pool", ())}
 
     def __call__(self, calls):
         # All submitted before any is awaited, so that the workers run them together; each
         # result is waited for on its own event, not polled.
         pending = [self._pool.apply_async(f, args, kwargs) for f, args, kwargs in calls]
-        return [p.get() for p in pending]
+        results = []
+        for p in pending:
+            while True:
+                try:
+                    results.append(p.get(self.CHECK_SECONDS))
+                    break
+                except multiprocessing.TimeoutError:
+                    if self._worker_pids() != self._pids:
+                        raise _worker_died() from None
+        return results
 
     def __exit__(self, *exc_info):
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.terminate()
             pool.join()
+
+
+def _worker_died():
+    from joblib.externals.loky.process_executor import TerminatedWorkerError
+
+    return TerminatedWorkerError(
+        "A worker process running the chains stopped in the middle of a task (killed, often by "
+        "the system for lack of memory). Fit with a smaller n_jobs, or n_jobs=1 to run the "
+        "chains in this process."
+    )
 
 
 class WorkerPool:

@@ -476,6 +476,41 @@ def test_a_forked_worker_runs_passes_without_its_parents_threads():
         assert pool.apply_async(_threaded_pass, (8,)).get(timeout=60) == [i * i for i in range(8)]
 
 
+_KILLED_WORKER = """
+import os, signal, sys, time
+from joblib import delayed
+from joblib.externals.loky.process_executor import TerminatedWorkerError
+from skbayes_sg._pools import ForkedWorkers
+
+def task(i):
+    if i == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the system's out-of-memory killer would
+    time.sleep(0.2)
+    return i
+
+with ForkedWorkers(2) as workers:
+    assert workers(delayed(abs)(-i) for i in range(2)) == [0, 1]
+    try:
+        workers(delayed(task)(i) for i in range(2))
+    except TerminatedWorkerError as exc:
+        assert "n_jobs=1" in str(exc)
+    else:
+        sys.exit("no error")
+"""
+
+
+@needs_fork
+def test_a_worker_killed_in_a_task_raises_instead_of_waiting_for_ever():
+    # A multiprocessing pool waits for a dead worker's result for ever; the forked workers
+    # notice the death and raise loky's error, which names the way out. In a fresh process
+    # with a time limit, since the failure is a hang.
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _KILLED_WORKER], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-500:]
+
+
 _LARGE_FIT = """
 import sys
 import numpy as np
