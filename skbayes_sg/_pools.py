@@ -118,21 +118,22 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-#: Models that forked workers find in their copy of this module, by key: a task names its
-#: model instead of carrying it, so X is neither pickled nor memory-mapped per round.
+#: What forked workers find in their copy of this module, by key (the chains' model and their
+#: per-row arrays): a task names them instead of carrying them, so X and the O(N) arrays are
+#: not pickled per round.
 _INHERITED = {}
 
 
 class _Inherited:
-    """The name of a model in :data:`_INHERITED`, what a task to forked workers carries."""
+    """The name of an object in :data:`_INHERITED`, what a task to forked workers carries."""
 
     def __init__(self, key):
         self.key = key
 
 
-def resolve(model):
-    """The model a task was given: itself, or the one its :class:`_Inherited` name stands for."""
-    return _INHERITED[model.key] if isinstance(model, _Inherited) else model
+def resolve(obj):
+    """What a task was given: ``obj`` itself, or what its :class:`_Inherited` name stands for."""
+    return _INHERITED[obj.key] if isinstance(obj, _Inherited) else obj
 
 
 class ForkedWorkers:
@@ -167,8 +168,8 @@ class ForkedWorkers:
         return {w.pid for w in getattr(self._pool, "_pool", ())}
 
     def __call__(self, calls):
-        # All submitted before any is awaited, so that the workers run them together; each
-        # result is waited for on its own event, not polled.
+        # All submitted before any is awaited, so that the workers run them together. A result
+        # is returned as soon as it is ready; the timeout only paces the check for dead workers.
         pending = [self._pool.apply_async(f, args, kwargs) for f, args, kwargs in calls]
         results = []
         for p in pending:
@@ -220,7 +221,7 @@ class WorkerPool:
 
     def __init__(self, n_jobs, model, factory, forkable=True):
         self.n_jobs, self.model, self._factory, self.forkable = n_jobs, model, factory, forkable
-        self.parallel, self._key, self._names = None, None, {}
+        self.parallel, self._names = None, {}
 
     @property
     def forks(self):
@@ -244,11 +245,9 @@ class WorkerPool:
             forked = self.forks
             if forked:
                 # Registered before the workers fork, so that each inherits them.
-                self._key = id(self)
-                _INHERITED[self._key] = self.model
-                for obj in inherit:
+                for obj in (self.model, *inherit):
                     if obj is not None and id(obj) not in self._names:
-                        self._names[id(obj)] = key = (self._key, id(obj))
+                        self._names[id(obj)] = key = (id(self), id(obj))
                         _INHERITED[key] = obj
             parallel = self._factory(self.n_jobs, forked)
             global _FORKING
@@ -282,10 +281,6 @@ class WorkerPool:
     def ship(self, obj):
         """What a task carries for ``obj`` (the model, or an object given to :meth:`start`): its
         name if the workers inherited it, else itself."""
-        if self._key is None:
-            return obj
-        if obj is self.model:
-            return _Inherited(self._key)
         key = self._names.get(id(obj))
         # The identity check: an object collected since may have left its id to another.
         return _Inherited(key) if key is not None and _INHERITED.get(key) is obj else obj
@@ -293,10 +288,9 @@ class WorkerPool:
     def close(self, *exc_info):
         """Stop the workers (if started) and forget the model."""
         parallel, self.parallel = self.parallel, None
-        _INHERITED.pop(self._key, None)
         for key in self._names.values():
             _INHERITED.pop(key, None)
-        self._key, self._names = None, {}
+        self._names = {}
         if parallel is not None:
             parallel.__exit__(*(exc_info or (None, None, None)))
 
