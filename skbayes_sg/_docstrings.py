@@ -66,9 +66,11 @@ thin : int, default=1
 batch_size : int, "auto" or None, default="auto"
     Minibatch size ``n``. ``"auto"`` uses the full data when a full gradient is cheap
     (``n_samples * n_params <= 200,000``, where it costs about as much as an
-    iteration's fixed overhead) and ``min(200, n_samples)`` otherwise; ``None`` uses the
-    full data (exact gradients). A value larger than the data is clipped to it with a
-    warning, as ``MLPClassifier`` does.""",
+    iteration's fixed overhead) and ``min(200, n_samples)`` otherwise, grown (with
+    ``step_size="auto"``) until the gradient noise no longer caps the automatic step below
+    its curvature value, since the iterations an ESS target needs grow as ``1 / h`` (past
+    half the rows, the full data); ``None`` uses the full data (exact gradients). A value
+    larger than the data is clipped to it with a warning, as ``MLPClassifier`` does.""",
     "batch_scheme": """\
 batch_scheme : {"replacement", "epochs"}, default="replacement"
     How minibatches are drawn: uniformly with replacement as in the papers, or as

@@ -359,6 +359,26 @@ def test_large_data_default_takes_twice_the_step_and_stays_exact():
     assert small.diagnostics_["step_size"] == pytest.approx(MCCAdL._auto_step_constant)
 
 
+def test_auto_batch_is_sized_for_the_large_data_step():
+    # Past the exact bound the curvature step is 0.4; rare binary features make the control
+    # variate's noise cap h below that at 200 rows. batch_size="auto" grows the minibatch until
+    # the noise no longer caps the step the chains take (not the 0.2 of smaller data), since
+    # every halving of h doubles the iterations the same ESS needs.
+    from scipy.special import expit
+
+    from skbayes_sg import SGBayesLogisticRegression
+
+    rng = np.random.default_rng(0)
+    X = (rng.random((40_000, 40)) < np.geomspace(0.003, 0.5, 40)).astype(float)
+    y = (rng.random(40_000) < expit(X @ rng.standard_normal(40) - 1)).astype(int)
+    fixed = SGBayesLogisticRegression(batch_size=200, n_iter=20, random_state=0).fit(X, y).diagnostics_
+    assert fixed["step_size"] < 0.9 * 2 * MCCAdL._auto_step_constant  # the noise caps h at 200 rows
+    auto = SGBayesLogisticRegression(n_iter=20, random_state=0).fit(X, y).diagnostics_
+    assert auto["batch_size"] > 200
+    assert auto["step_size"] == pytest.approx(2 * MCCAdL._auto_step_constant)
+    assert auto["predicted_noise_error"] <= MCCAdL._noise_tolerance
+
+
 def test_auto_burn_in_is_short_only_for_chains_started_at_the_laplace_approximation():
     # Whitened densely at the MAP, the chains start at draws of the Laplace approximation:
     # 5% of the run; a diagonal or no whitening, or another init, keeps the papers' 20%.

@@ -140,11 +140,15 @@ def plan_fresh(est, sampler, model, batch_size):
         if geometry.theta_map is not None
         else est._curvature_point(chain_model, starts[0])
     )
+    step_scale = est._fresh_step_scale(sampler, model, geometry.preconditioner)
     if est.batch_size == "auto" and sigma_max and isinstance(sampler.step_size, str):
         if lam is None:
             lam = largest_curvature(chain_model, curvature_at)
+        # Sized for the curvature step the chains will take (mCCAdL's larger constant on large
+        # whitened data included): a batch sized for a smaller step leaves the noise capping h,
+        # and the chains then need proportionally more iterations for the same ESS.
         batch_size, sigma_max = noise_aware_batch(
-            sampler, batch_size, sigma_max, lam, chain_model.n_samples, est._auto_step_scale(sampler)
+            sampler, batch_size, sigma_max, lam, chain_model.n_samples, step_scale
         )
         if batch_size is None:
             geometry = replace(geometry, gradient="full", row_probabilities=None)
@@ -155,7 +159,7 @@ def plan_fresh(est, sampler, model, batch_size):
         curvature_at,
         lambda_max=lam,
         sigma_max=sigma_max,
-        scale=est._fresh_step_scale(sampler, model, geometry.preconditioner),
+        scale=step_scale,
         initial_factor=initial_factor,
     )
     return ChainPlan(geometry, chain_model, starts, context, 0, None, batch_size)
