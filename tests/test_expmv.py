@@ -8,6 +8,8 @@ from scipy.sparse.linalg import LinearOperator, expm_multiply
 
 from skbayes_sg.models._gradients import DensePerExampleGradients
 from skbayes_sg.samplers._expmv import (
+    DEFAULT_TOL,
+    M_MAX,
     NoiseCovariance,
     c_step,
     expmv,
@@ -27,6 +29,16 @@ TABLE_3_1 = {
 def test_thetas_match_al_mohy_higham_table(tol):
     thetas = taylor_thetas(tol, 55)
     np.testing.assert_allclose(thetas[4::5], TABLE_3_1[tol], rtol=0.05)
+
+
+def test_default_thetas_are_the_computed_ones():
+    # The table the C step reads at the default tolerance is the function's output, bit for bit
+    # (a stale table would change every mCCAdL draw).
+    from skbayes_sg.samplers._expmv import _DEFAULT_THETAS, _theta_list
+
+    computed = taylor_thetas.__wrapped__(DEFAULT_TOL, M_MAX)
+    assert np.array_equal(np.asarray(_DEFAULT_THETAS), computed)
+    assert _theta_list(DEFAULT_TOL, M_MAX) == list(_DEFAULT_THETAS)
 
 
 def test_select_degree_minimises_products():
