@@ -455,12 +455,12 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         The fitted estimator warns on both monitors (:meth:`_convergence_messages`), so the run
         goes on until both pass: the log loss's split R-hat below 1.01 and its bulk and tail
         ESS at the floor, and the monitored rows' median bulk ESS at the floor and their
-        largest R-hat below :data:`RHAT_MAX_ROWS` (entered as an R-hat at the shared
-        :data:`~skbayes_sg._run_length.RHAT_MAX` when above it, so that the rule doubles the run).
+        largest R-hat below :data:`RHAT_MAX_ROWS` (entered as an infinite R-hat when above it,
+        so that the rule doubles the run: rows in different modes are chains stuck apart).
         """
         summary = diagnostics.summarize(self._per_draw_log_loss(draws))
         rows = row_diagnostics(self._per_draw_row_log_proba(draws))
-        rows_rhat = RHAT_MAX if rows["predictive_rows_rhat"] > RHAT_MAX_ROWS else 1.0
+        rows_rhat = np.inf if rows["predictive_rows_rhat"] > RHAT_MAX_ROWS else 1.0
         return {
             "ess_bulk": np.array([summary["ess_bulk"], rows["predictive_rows_ess_median"]]),
             "ess_tail": np.array([summary["ess_tail"]]),

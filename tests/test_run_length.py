@@ -45,9 +45,14 @@ def test_growth_follows_the_predicted_ess():
     # Growth is bounded: a tiny ESS asks for at most MAX_GROWTH, a nearly met one for MIN_GROWTH.
     assert next_schedule(Schedule(1000, 200, 1), _summary(10), 0.2, None, 4).n_iter == 4000
     assert next_schedule(Schedule(1000, 200, 1), _summary(990), 0.2, None, 4).n_iter == 1250
-    # A failing R-hat alone doubles the kept draws; a count of burn-in stays put.
-    nxt = next_schedule(Schedule(1000, 100, 1), _summary(5000, rhat=1.05), 100, None, 4)
-    assert (nxt.n_iter, nxt.n_burn) == (100 + 2 * 900, 100)
+    # A failing R-hat alone: R-hat - 1 falls as 1 / n, so the kept draws grow by the predicted
+    # factor with the margin (1.015: 1.5 x 1.1), a just failing one by MIN_GROWTH, a far failing
+    # or infinite one at most double; a count of burn-in stays put.
+    for rhat, growth in ((1.015, 1.5 * _run_length.MARGIN), (1.0102, _run_length.MIN_GROWTH), (1.05, 2.0), (np.inf, 2.0)):
+        nxt = next_schedule(Schedule(1000, 100, 1), _summary(5000, rhat=rhat), 100, None, 4)
+        assert (nxt.n_iter, nxt.n_burn) == (100 + int(np.ceil(900 * growth - 1e-9)), 100), rhat
+    # One chain has no R-hat: its ESS alone decides.
+    assert required_growth(_summary(5000, rhat=np.nan), 1) <= 1
     # At the ceiling it stops, met or not.
     assert next_schedule(Schedule(5000, 1000, 1), _summary(10), 0.2, None, 4, max_iter=5000) is None
 
