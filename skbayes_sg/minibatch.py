@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .models._fused import fused_force
+from .models._fused_minibatch import fused_minibatch
 from .models._gradients import DensePerExampleGradients
 
 #: Minibatch schemes accepted by :class:`MinibatchGradient`.
@@ -631,6 +632,9 @@ class ChainsGradient:
         self.noise_scale = first.noise_scale
         self.full = all(e.full for e in estimators)
         self._fused = fused_force(self.model) if self.full else None
+        # The estimators' default minibatch path (control variates, a dense whitening, rows held
+        # here) for all the chains at once; each chain still draws its rows from its own queue.
+        self._fused_minibatch = None if self.full else _fused_control_variates(estimators)
         #: Whether the forces draw from the chains' generators (minibatches, or any estimator's).
         self.uses_generators = self._fused is None
 
@@ -643,8 +647,34 @@ class ChainsGradient:
             for e in self.estimators:
                 e.n_grad_evals += e.n_samples
             return None
+        if self._fused_minibatch is not None:
+            idx = np.stack([e._next_rows(rng)[0] for e, rng in zip(self.estimators, rngs)])
+            for e in self.estimators:
+                e.n_grad_evals += e._evals_per_row * e.batch_size
+            return self._fused_minibatch(thetas, idx, out, per_example)
         operators = []
         for c, e in enumerate(self.estimators):
             out[c], g = e.gradient(thetas[c], rngs[c])
             operators.append(g)
         return operators if per_example else None
+
+
+def _fused_control_variates(estimators):
+    """:func:`~skbayes_sg.models._fused_minibatch.fused_minibatch` for a group of chains whose
+    estimators are all :class:`ControlVariateGradient` on one model, with replacement, one batch
+    size, centre and row distribution; None otherwise (each chain then computes its own force)."""
+    e0 = estimators[0]
+    same = all(
+        type(e) is ControlVariateGradient
+        and e.model is e0.model
+        and not e.full
+        and e.scheme == "replacement"
+        and e.batch_size == e0.batch_size
+        and e._row_scale is e0._row_scale
+        and np.array_equal(e.theta_hat, e0.theta_hat)
+        for e in estimators
+    )
+    if not same:
+        return None
+    g_hat = np.stack([e.g_hat for e in estimators])
+    return fused_minibatch(e0.model, e0.theta_hat, g_hat, e0.batch_size, e0._row_scale)

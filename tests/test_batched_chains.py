@@ -139,7 +139,9 @@ def test_batched_minibatch_chains_are_bit_identical_to_each_chain_alone(cancer, 
 
 @pytest.mark.parametrize("forks", [True, False], ids=["forked", "loky"])
 @pytest.mark.parametrize(
-    "kw", [{}, dict(sampler="sghmc", batch_size=64), dict(sampler="sgnht")], ids=["default", "sghmc-cv", "sgnht"]
+    "kw",
+    [{}, dict(sampler="sghmc", batch_size=64), dict(sampler="mccadl", batch_size=64), dict(sampler="sgnht")],
+    ids=["default", "sghmc-cv", "mccadl-cv", "sgnht"],
 )
 def test_draws_are_identical_for_n_jobs_1_and_2(cancer, monkeypatch, kw, forks):
     X, y = cancer

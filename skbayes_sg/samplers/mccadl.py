@@ -3,10 +3,12 @@
 import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
+from ..models._fused_minibatch import StackedGLMGradients
 from ..preconditioning import PRECONDITIONERS
 from ._base import AUTO, OPEN_UNIT_INTERVAL, POSITIVE, POSITIVE_INT, ThermostatSampler
 from ._batched import ou_exact_rows, row_dots
 from ._expmv import DEFAULT_TOL, NoiseCovariance, c_step
+from ._stacked_c_step import stacked_c_step
 from ._state import MCCAdLState, ThermostatInfo
 from ._substeps import drift, kick, ou_exact, thermostat
 
@@ -337,9 +339,7 @@ class MCCAdL(ThermostatSampler):
         kinetic = row_dots(p)
         xi = chains.xi + half * (kinetic - PT) / mu
         if grads.noise_scale > 0.0:
-            # The C step chain by chain: each has its own minibatch's Sigma and norm estimates.
-            for c, state in enumerate(chains.states):
-                p[c] = self._c_step(state, grads.estimators[c], theta[c], p[c], rngs[c])
+            self._c_steps(chains, grads, theta, p, rngs)
         # (With full data, noise_scale = 0, C is the identity.)
         pp = row_dots(p)
         kinetic += pp
@@ -361,6 +361,24 @@ class MCCAdL(ThermostatSampler):
         info[:, 0] = xi
         info[:, 1] = 0.5 * kinetic / P
         return info
+
+    def _c_steps(self, chains, grads, theta, p, rngs):
+        """C(h) of every chain, each with its own minibatch's ``Sigma``: one stacked series for
+        the chains whose ``Sigma`` is the force's own minibatch's and whose operators stack
+        (the estimators' default, :mod:`._stacked_c_step`), the others chain by chain."""
+        states = chains.states
+        alone = range(len(states))
+        if self.expm_method != "lanczos" and self.sigma_source(grads.estimators[0]) == "same":
+            stack = StackedGLMGradients.of([s.grads for s in states])
+            if stack is not None:
+                half = 0.5 * chains.step_size
+                n_products, alone = stacked_c_step(
+                    p, stack, grads.noise_scale, chains.step_size, half / self.temperature, self.expm_tol, self.expm_method
+                )
+                for state, n in zip(states, n_products):
+                    state.c_products += n
+        for c in alone:
+            p[c] = self._c_step(states[c], grads.estimators[c], theta[c], p[c], rngs[c])
 
     def _c_step(self, state, grad_estimator, theta, p, rng):
         """C(h) of one chain: ``exp(h Sigma~) p`` (eq. 17), counting its operator products."""

@@ -110,6 +110,13 @@ class RowStateMixin:
         """
         if not self._cache_row_norms:
             return self._gradient_terms(theta_hat, block)
+        R_all, extra_all = self.centre_rows(theta_hat)
+        take = self.rows.take_rows
+        return take(R_all, idx), take(extra_all, idx)
+
+    def centre_rows(self, theta_hat):
+        """``(R_hat (N, K), extra_hat (N, k) or None)``: the gradient terms of all rows at
+        ``theta_hat``, computed once and kept (read-only) while the centre stays; in-memory X."""
         theta_hat = np.asarray(theta_hat, dtype=float)
         key = theta_hat.tobytes()
         cache = self._centre_cache
@@ -119,9 +126,7 @@ class RowStateMixin:
             # (another BLAS kernel for another shape), which would make the draws depend on
             # which call came first (a fit continued in parts would not repeat one fit).
             cache = self._centre_cache = (key, *self._all_gradient_terms(theta_hat))
-        _, R_all, extra_all = cache
-        take = self.rows.take_rows
-        return take(R_all, idx), take(extra_all, idx)
+        return cache[1], cache[2]
 
     def _all_gradient_terms(self, theta):
         """:meth:`_gradient_terms` of all rows, block by block: ``(R (N, K), extra (N, k) or None)``."""
