@@ -702,6 +702,11 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
                     if _go_parallel(n_jobs, workers, left, pool):
                         parallel = pool.start(_row_arrays(runners))
                         first_round = True  # the next round's time includes starting the workers
+                        if adaptive:
+                            # Sized from this round (all the chains in one process: the workers,
+                            # each with a share of them, are faster), not the first round's
+                            # again: every round trip to the workers costs tens of ms.
+                            chunk = _next_chunk(step, elapsed, overheads, round_seconds)
                         continue
                 if first_round:
                     first_round = False
@@ -710,12 +715,7 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
                     n = workers if parallel else 1
                     overheads.append(max(0.0, elapsed - sum(r.compute_seconds for r in runners) / n))
                 if adaptive:
-                    # Iterations that take about round_seconds at the speed just measured,
-                    # or longer if the rounds' typical cost would exceed ROUND_OVERHEAD of
-                    # it; never below the first round.
-                    seconds = max(round_seconds, float(np.median(overheads)) / ROUND_OVERHEAD if overheads else 0.0)
-                    wanted = step * seconds / elapsed if elapsed > 0 else np.inf
-                    chunk = int(max(_FIRST_ROUND, min(_MAX_ROUND_GROWTH * step, wanted)))
+                    chunk = _next_chunk(step, elapsed, overheads, round_seconds)
     except ChainsInterrupted:
         raise
     except KeyboardInterrupt:
@@ -723,6 +723,16 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
     for r in runners:
         r.round_hint, r.round_overheads, r.serial_speed = chunk, overheads[-8:], speed
     return runners
+
+
+def _next_chunk(step, elapsed, overheads, round_seconds):
+    """Iterations of the next round after one of ``step`` iterations in ``elapsed`` seconds: about
+    ``round_seconds`` at that speed, or longer if the rounds' typical cost (``overheads``) would
+    exceed :data:`ROUND_OVERHEAD` of it; at most :data:`_MAX_ROUND_GROWTH` times ``step``, never
+    below the first round."""
+    seconds = max(round_seconds, float(np.median(overheads)) / ROUND_OVERHEAD if overheads else 0.0)
+    wanted = step * seconds / elapsed if elapsed > 0 else np.inf
+    return int(max(_FIRST_ROUND, min(_MAX_ROUND_GROWTH * step, wanted)))
 
 
 def worker_pool(model, n_jobs=None, n_chains=None):

@@ -577,3 +577,22 @@ def test_a_forked_pool_pays_its_start_however_many_fits_came_before(monkeypatch)
     with _pools.joblib.parallel_config(backend="loky"):
         loky = chains.worker_pool(SimpleNamespace(n_samples=4_000_000), 2)
         assert not loky.forks and loky.start_seconds(1.5) == pytest.approx(1.5 + 0.4)
+
+
+def test_the_first_round_on_workers_is_sized_from_the_round_before(cancer, monkeypatch):
+    # The first round runs here to measure the chains' speed; the workers' first round is then
+    # sized from it (up to _MAX_ROUND_GROWTH times longer), not the first round's 64 again:
+    # each round trip to the workers costs tens of ms. The draws are those of one process.
+    X, y = cancer
+    kw = dict(sampler="sghmc", batch_size=64, n_iter=1500, n_chains=2, random_state=0)
+    one = SGBayesLogisticRegression(n_jobs=1, **kw).fit(X, y)
+    monkeypatch.setattr(chains, "_go_parallel", lambda *a: True)
+    steps = []
+    round_ = chains._round
+    monkeypatch.setattr(
+        chains, "_round", lambda p, r, m, n, *a: steps.append((p is not None, n)) or round_(p, r, m, n, *a)
+    )
+    two = SGBayesLogisticRegression(n_jobs=2, **kw).fit(X, y)
+    assert steps[0] == (False, chains._FIRST_ROUND)
+    assert steps[1] == (True, chains._MAX_ROUND_GROWTH * chains._FIRST_ROUND)
+    np.testing.assert_array_equal(one.samples_, two.samples_)
