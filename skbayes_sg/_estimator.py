@@ -214,8 +214,8 @@ class BaseSGBayes(BaseEstimator):
         the draws ``(n_chains, n_draws, P)`` stored so far: the parameters' by default.
         Subclasses whose parameters are not identified (the DRBM's hidden units can swap)
         summarise a predictive quantity instead and set ``_run_length_on_parameters``
-        to False."""
-        return diagnostics.summarize(draws)
+        to False. The parameters share the fit's cores (``n_jobs``): the chains' workers wait."""
+        return diagnostics.summarize(draws, n_threads=pass_threads(self.n_jobs))
 
     # -- the fit loop --------------------------------------------------------------------
     def _laplace_start(self, sampler):

@@ -422,3 +422,19 @@ def test_summarize_at_run_length_sizes_equals_scalar_reference():
             }
             for key, value in ref.items():
                 assert summ[key][j] == pytest.approx(value, rel=1e-12), (n_draws, j, key)
+
+
+def test_summarize_on_threads_is_summarize():
+    # The parameters shared among threads give each its own numbers: ties, a constant and a
+    # non-finite parameter included, and groups of unequal size.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 300, 61)).cumsum(axis=1) * 0.1 + rng.standard_normal((4, 300, 61))
+    x[:, :, 3] = np.round(x[:, :, 3])
+    x[:, :, 7] = 2.0
+    x[1, 5, 11] = np.nan
+    one = summarize(x)
+    for n_threads in (2, 3):
+        threaded = summarize(x, n_threads=n_threads)
+        assert threaded.keys() == one.keys()
+        for key in one:
+            np.testing.assert_array_equal(threaded[key], one[key])
