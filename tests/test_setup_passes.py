@@ -159,3 +159,20 @@ def test_fit_with_threaded_passes_gives_the_same_fit(monkeypatch):
     np.testing.assert_array_equal(a.alpha_, b.alpha_)
     np.testing.assert_array_equal(a.samples_, b.samples_)
     assert a.diagnostics_["ksd"] == b.diagnostics_["ksd"]
+
+
+def test_the_noise_probe_draws_the_one_minibatch_it_reads(monkeypatch):
+    # The probe of the gradient noise reads one minibatch: it draws one from the rows'
+    # distribution, not a chain's queue of 256 (a million draws on a9a's probe).
+    from skbayes_sg import SGBayesLogisticRegression
+    from skbayes_sg.minibatch import RowDistribution
+
+    sizes = []
+    draw = RowDistribution.draw
+    monkeypatch.setattr(RowDistribution, "draw", lambda self, rng, size: sizes.append(size) or draw(self, rng, size))
+    X, eta, rng = _data(60_000, D=10)
+    y = (rng.random(eta.size) < 1.0 / (1.0 + np.exp(-eta))).astype(int)
+    est = SGBayesLogisticRegression(n_iter=20, n_chains=1, random_state=0).fit(X, y)
+    assert est.diagnostics_["gradient"] == "control_variate"
+    probe = [s for s in sizes if s[1] != est.diagnostics_["batch_size"]]
+    assert probe and all(s[0] == 1 for s in probe)
