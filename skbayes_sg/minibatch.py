@@ -635,6 +635,8 @@ class ChainsGradient:
         # The estimators' default minibatch path (control variates, a dense whitening, rows held
         # here) for all the chains at once; each chain still draws its rows from its own queue.
         self._fused_minibatch = None if self.full else _fused_control_variates(estimators)
+        if self._fused_minibatch is not None:
+            self._idx = np.empty((len(estimators), first.batch_size), dtype=np.intp)
         #: Whether the forces draw from the chains' generators (minibatches, or any estimator's).
         self.uses_generators = self._fused is None
 
@@ -648,7 +650,9 @@ class ChainsGradient:
                 e.n_grad_evals += e.n_samples
             return None
         if self._fused_minibatch is not None:
-            idx = np.stack([e._next_rows(rng)[0] for e, rng in zip(self.estimators, rngs)])
+            idx = self._idx
+            for c, (e, rng) in enumerate(zip(self.estimators, rngs)):
+                idx[c] = e._next_rows(rng)[0]
             for e in self.estimators:
                 e.n_grad_evals += e._evals_per_row * e.batch_size
             return self._fused_minibatch(thetas, idx, out, per_example)

@@ -17,6 +17,7 @@ only, so its draws do not depend on which chains share its group.
 """
 
 import math
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -68,7 +69,11 @@ def stacked_c_step(p, grads, noise_scale, t, scale, tol, method):
     cov = StackedNoiseCovariance(grads, noise_scale, -scale)
     t = float(t)
     n_products, alone, plan = [0] * C, [], {}
-    for c, trace in enumerate(cov.traces()):
+    traces = cov.traces()
+    # A non-finite trace means non-finite gradients: the stacked products then meet NaN in
+    # that chain's rows (its own, left alone), whose warnings are silenced.
+    quiet = np.errstate(invalid="ignore", over="ignore") if not all(map(math.isfinite, traces)) else nullcontext()
+    for c, trace in enumerate(traces):
         tr = -trace  # tr(scale * Sigma) >= 0
         if not math.isfinite(tr) or tr == 0.0 or t == 0.0:
             alone.append(c)
@@ -103,14 +108,13 @@ def stacked_c_step(p, grads, noise_scale, t, scale, tol, method):
     k = 0
     while plan:
         k += 1
-        # A diverged chain's rows outside the series are NaN: ignored.
-        with np.errstate(invalid="ignore", over="ignore"):
+        with quiet:
             Ab = cov.matvec(term)
         Ab -= mu * term
         Ab *= t / k
         term = Ab
         sq = row_dots(term)
-        added = []
+        added, running = [], list(plan)
         for c, (m, mu_c, limit) in list(plan.items()):
             size_sq = float(sq[c])
             if not 0.0 < size_sq < math.inf:
@@ -138,8 +142,8 @@ def stacked_c_step(p, grads, noise_scale, t, scale, tol, method):
                     scaled.append((c, plan.pop(c)[1]))
                 else:
                     prev[c] = size
-        for c in range(C):
-            if c not in plan:
+        for c in running:
+            if c not in plan:  # out of the series: its terms no longer computed
                 term[c] = 0.0
     for c, mu_c in scaled:
         # expmv's factor exp(t mu / s), s = 1.
