@@ -277,32 +277,32 @@ class ChainRowsGradients(PerExampleGradients):
         # Unpickled (and deep-copied) as the standalone operator: one chain's rows, not the stack's.
         return _standalone, (self.own_operator(),)
 
-    def mean(self):
-        return self.own_operator().mean()
 
-    def matvec(self, v):
-        return self.own_operator().matvec(v)
+def _delegated(name):
+    """A :class:`ChainRowsGradients` method that is its standalone operator's ``name``."""
 
-    def rmatvec(self, u):
-        return self.own_operator().rmatvec(u)
+    def method(self, *args):
+        return getattr(self.own_operator(), name)(*args)
 
-    def sum_of_squares(self):
-        return self.own_operator().sum_of_squares()
+    method.__name__ = name
+    method.__doc__ = f"The standalone operator's ``{name}`` (:meth:`ChainRowsGradients.own_operator`)."
+    return method
 
-    def total_sum_of_squares(self):
-        return self.own_operator().total_sum_of_squares()
 
-    def scale_rows(self, c):
-        return self.own_operator().scale_rows(c)
-
-    def gram_dims(self):
-        return self.own_operator().gram_dims()
-
-    def centred_gram(self):
-        return self.own_operator().centred_gram()
-
-    def to_dense(self):
-        return self.own_operator().to_dense()
+# Every product of a chain's operator outside the stack (a C step taken alone, CCAdL's, a test's).
+for _name in (
+    "mean",
+    "matvec",
+    "rmatvec",
+    "sum_of_squares",
+    "total_sum_of_squares",
+    "scale_rows",
+    "gram_dims",
+    "centred_gram",
+    "to_dense",
+):
+    setattr(ChainRowsGradients, _name, _delegated(_name))
+del _name
 
 
 class FusedMinibatchForce:
