@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import diagnostics
 from .._chains import coarsened_thin
+from ..rows import pass_threads
 
 #: What a continued fit (``warm_start``) carries over from the first fit's diagnostics.
 FIT_INFO = ("lambda_max", "noise_eigenvalue", "predicted_noise_error", "gradient", "preconditioner")
@@ -122,15 +123,17 @@ def set_chain_draws(est, sampler, model, y, runs, record, plan, exact_continuati
     est.sample_stats_ = record.stats
     est.sample_weight_ = None
     est._model = est._prediction_model(model)
-    est.diagnostics_ = fit_diagnostics(runs.results, record, plan.batch_size)
+    est.diagnostics_ = fit_diagnostics(runs.results, record, plan.batch_size, pass_threads(est.n_jobs))
     est._observed_y = y
     est._set_posterior_attributes(est._model)
 
 
-def fit_diagnostics(results, record, batch_size):
+def fit_diagnostics(results, record, batch_size, n_threads=1):
     """``diagnostics_`` of a chain fit: the step and the settings, convergence (ESS, R-hat, MCSE)
-    and the means of the sampler's statistics and summaries over the chains."""
-    summary = diagnostics.summarize(record.draws) if record.summary is None else record.summary
+    and the means of the sampler's statistics and summaries over the chains. The parameters'
+    summary, where ``n_iter="auto"`` did not leave it (the DRBM's 3,760 parameters: 0.9 s on
+    digits), shares ``n_threads`` cores."""
+    summary = diagnostics.summarize(record.draws, n_threads) if record.summary is None else record.summary
     diag = {
         "step_size": results[0].state.step_size,
         **record.info,
