@@ -703,10 +703,11 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
                         parallel = pool.start(_row_arrays(runners))
                         first_round = True  # the next round's time includes starting the workers
                         if adaptive:
-                            # Sized from this round (all the chains in one process: the workers,
-                            # each with a share of them, are faster), not the first round's
-                            # again: every round trip to the workers costs tens of ms.
-                            chunk = _next_chunk(step, elapsed, overheads, round_seconds)
+                            # Sized from this round, all the chains in one process, whatever
+                            # its length (the workers, each with a share of them, are faster:
+                            # the round lasts less than round_seconds), not from the first
+                            # round's 64 again: every round trip to the workers costs tens of ms.
+                            chunk = _next_chunk(step, elapsed, overheads, round_seconds, growth=np.inf)
                         continue
                 if first_round:
                     first_round = False
@@ -725,14 +726,14 @@ def advance_chains(runners, model, n_jobs=None, verbose=0, round_seconds=None, p
     return runners
 
 
-def _next_chunk(step, elapsed, overheads, round_seconds):
+def _next_chunk(step, elapsed, overheads, round_seconds, growth=_MAX_ROUND_GROWTH):
     """Iterations of the next round after one of ``step`` iterations in ``elapsed`` seconds: about
     ``round_seconds`` at that speed, or longer if the rounds' typical cost (``overheads``) would
-    exceed :data:`ROUND_OVERHEAD` of it; at most :data:`_MAX_ROUND_GROWTH` times ``step``, never
-    below the first round."""
+    exceed :data:`ROUND_OVERHEAD` of it; at most ``growth`` times ``step``, never below the first
+    round."""
     seconds = max(round_seconds, float(np.median(overheads)) / ROUND_OVERHEAD if overheads else 0.0)
     wanted = step * seconds / elapsed if elapsed > 0 else np.inf
-    return int(max(_FIRST_ROUND, min(_MAX_ROUND_GROWTH * step, wanted)))
+    return int(max(_FIRST_ROUND, min(growth * step, wanted)))
 
 
 def worker_pool(model, n_jobs=None, n_chains=None):

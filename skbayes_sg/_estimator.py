@@ -229,6 +229,16 @@ class BaseSGBayes(BaseEstimator):
             and getattr(sampler, "init_scale", None) == "map"
         )
 
+    def _dense_map_start(self, sampler, n_params):
+        """Whether the chains start at the MAP (``init="map"``) in coordinates whitened there by a
+        dense factor: the posterior they see is then near ``N(0, I)``."""
+        return (
+            isinstance(self.init, str)
+            and self.init == "map"
+            and not self._laplace_start(sampler)
+            and resolved_preconditioner(sampler, n_params, self._auto_preconditioner) == "dense"
+        )
+
     def _run_policy(self, sampler, n_params):
         """``(burn_in, min_adaptation, max_draws)`` of this fit, the ``"auto"`` values resolved.
 
@@ -255,7 +265,7 @@ class BaseSGBayes(BaseEstimator):
                 burn_in = getattr(sampler, "_laplace_burn_in", AUTO_BURN_IN)
             elif isinstance(self.init, str) and self.init == "map":
                 burn_in = getattr(sampler, "_map_burn_in", AUTO_BURN_IN)
-                if resolved_preconditioner(sampler, n_params, self._auto_preconditioner) == "dense":
+                if self._dense_map_start(sampler, n_params):
                     burn_in = getattr(sampler, "_dense_map_burn_in", burn_in)
             else:
                 burn_in = AUTO_BURN_IN

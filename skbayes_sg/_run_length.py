@@ -1,7 +1,9 @@
 """How long the chains run: a fixed ``n_iter``, or ``n_iter="auto"``.
 
 With ``"auto"`` the chains run in blocks: a first block of :data:`FIRST_BLOCK`
-iterations, then, after each block, the convergence diagnostics of the draws kept so far
+iterations (or a sampler's own, where it knows about how long its chains need: HMC's
+``_first_block``, mCCAdL's ``_dense_map_first_block``), then, after each block, the
+convergence diagnostics of the draws kept so far
 decide whether to stop or how far to extend. The run stops as soon as
 
 * every parameter's bulk ESS is at least :data:`ESS_TARGET` (1,000: the Monte Carlo

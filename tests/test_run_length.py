@@ -173,3 +173,22 @@ def test_too_few_draws_warn_that_convergence_cannot_be_assessed():
     messages = [str(w.message) for w in caught]
     assert all(issubclass(w.category, ConvergenceWarning) for w in caught), messages
     assert any("too few to assess convergence" in m for m in messages), messages
+
+
+def test_dense_map_mccadl_chains_start_with_the_samplers_first_block():
+    # mCCAdL's chains whitened densely at the MAP, at the automatic step and burn-in, reach the
+    # ESS target at about 2,000 iterations: their first block is that long. Any other setting
+    # starts with FIRST_BLOCK.
+    from skbayes_sg import SGBayesLogisticRegression
+    from skbayes_sg._fit._plan import first_schedule
+    from skbayes_sg.samplers import MCCAdL
+
+    def first(sampler, **kw):
+        return first_schedule(SGBayesLogisticRegression(**kw), sampler, 124, False)[2].n_iter
+
+    assert first(MCCAdL()) == MCCAdL._dense_map_first_block
+    assert first(MCCAdL(step_size=0.1)) == _run_length.FIRST_BLOCK
+    assert first(MCCAdL(), burn_in=0.2) == _run_length.FIRST_BLOCK
+    assert first(MCCAdL(), init="zeros") == _run_length.FIRST_BLOCK
+    assert first(MCCAdL(preconditioner="diag")) == _run_length.FIRST_BLOCK
+    assert first(MCCAdL(), n_iter=300) == 300

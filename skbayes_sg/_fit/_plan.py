@@ -48,6 +48,15 @@ def first_schedule(est, sampler, n_params, resume):
     burn_in = None if resume else burn_in
     n_iter = _run_length.first_n_iter(est.n_iter, burn_in, min_adaptation)
     first_block = getattr(sampler, "_first_block", None)
+    if (
+        first_block is None
+        and isinstance(est.burn_in, str)
+        and isinstance(getattr(sampler, "step_size", None), str)
+        and est._dense_map_start(sampler, n_params)
+    ):
+        # Chains near stationarity from the start, at the automatic step: the sampler knows
+        # about how long its chains take to reach the ESS target there.
+        first_block = getattr(sampler, "_dense_map_first_block", None)
     if est.n_iter == "auto" and first_block is not None and not _run_length._is_count(burn_in):
         # A sampler whose draws are nearly independent (HMC) starts with a shorter block: the
         # default one would overshoot the ESS target several times on a near-Gaussian posterior.
