@@ -10,6 +10,7 @@ import copy
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from skbayes_sg.minibatch import ChainsGradient, GradientSpec, RowDistribution
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, PoissonModel, WhitenedModel
@@ -46,6 +47,7 @@ def _models(cancer):
     return {
         "dense": LogisticModel(X, y, alpha=1.0),
         "one-hot": LogisticModel(_one_hot(X), y, alpha=1.0),
+        "csr": LogisticModel(sp.csr_matrix(_one_hot(X) * rng.uniform(0.5, 2.0, (n, 1))), y, alpha=1.0),
         "weighted": weighted,
         "poisson-offset": PoissonModel(X[:, :5], counts, alpha=1.0, offset=rng.uniform(-0.5, 0.5, n)),
         "no-intercept": LogisticModel(_one_hot(X), y, alpha=1.0, fit_intercept=False),
@@ -64,7 +66,9 @@ def _estimators(model, n_chains=3, batch=48, importance=False):
 
 
 @pytest.mark.parametrize("importance", [False, True], ids=["uniform", "importance"])
-@pytest.mark.parametrize("name", ["dense", "one-hot", "weighted", "poisson-offset", "no-intercept", "linreg-fixed-noise"])
+@pytest.mark.parametrize(
+    "name", ["dense", "one-hot", "csr", "weighted", "poisson-offset", "no-intercept", "linreg-fixed-noise"]
+)
 def test_stacked_forces_and_operators_are_each_chains_own(cancer, name, importance):
     model = _whitened(_models(cancer)[name])
     estimators = _estimators(model, importance=importance)
@@ -73,7 +77,7 @@ def test_stacked_forces_and_operators_are_each_chains_own(cancer, name, importan
         a.model = e.model = model
     group = ChainsGradient(estimators)
     assert group._fused_minibatch is not None
-    if name in ("one-hot", "no-intercept"):  # sparse one-hot rows take the padded kernels
+    if name in ("one-hot", "csr", "no-intercept"):  # sparse rows take the padded kernels
         assert isinstance(group._fused_minibatch.features, tuple)
     rng = np.random.default_rng(3)
     P = model.n_params
@@ -185,3 +189,24 @@ def test_only_the_default_estimators_stack(cancer):
     estimated = LinearRegressionModel(X[:, :4], X[:, 5], alpha=1.0)  # an extra parameter
     whitened = WhitenedModel(estimated, np.zeros(6), 0.3 * np.eye(6))
     assert ChainsGradient(_estimators(whitened, n_chains=2))._fused_minibatch is None
+
+
+def test_sparse_rows_in_padded_form():
+    # A CSR matrix's rows in padded form hold its entries (values where not all ones), the
+    # phantom column D for padding; rows too uneven or too dense have none.
+    from skbayes_sg.rows._array import ell_from_sparse
+
+    rng = np.random.default_rng(0)
+    dense = (rng.random((50, 80)) < 0.08) * rng.uniform(0.5, 2.0, (50, 80))
+    dense[:, 0] = 1.0  # every row has an entry
+    cols, vals = ell_from_sparse(sp.csr_matrix(dense))
+    back = np.zeros((50, 81))
+    np.add.at(back, (np.arange(50)[:, None], cols), vals)
+    np.testing.assert_array_equal(back[:, :80], dense)
+    assert ell_from_sparse(sp.csr_matrix((dense > 0).astype(float)))[1] is None  # all ones
+    uneven = np.zeros((50, 400))
+    uneven[:, 0] = 1.0
+    uneven[0, :90] = 1.0  # one row of 90 entries, the others 1: padding 50 x 90 > 2 x 139
+    assert ell_from_sparse(sp.csr_matrix(uneven)) is False
+    assert ell_from_sparse(sp.csr_matrix(np.ones((5, 8)))) is False  # more than a quarter stored
+    assert ell_from_sparse(dense) is False  # not sparse

@@ -29,9 +29,10 @@ order of the same products).
 """
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..rows._array import ArrayRows
-from ..rows._padded import EllRows, PaddedRows, _csc_matvec, _csr_matvec
+from ..rows._padded import EllRows, _csc_matvec, _csr_matvec
 from ._gradients import LinearPerExampleGradients, PerExampleGradients, TransformedPerExampleGradients
 
 _INDPTR = {}
@@ -387,7 +388,11 @@ def fused_minibatch(model, theta_hat, g_hat, batch_size, row_scale=None):
         or _csr_matvec is None
     ):
         return None
-    features = rows.padded() if isinstance(rows, PaddedRows) else None
+    # Sparse one-hot rows (a one-byte dense X's, or a sparse X's: a LIBSVM file's, say) in
+    # padded form; otherwise dense rows.
+    features = rows.padded()
+    if features is None and sp.issparse(rows.X):
+        return None
     if features is None:
         if not isinstance(rows.X, np.ndarray) or rows.X.ndim != 2:
             return None

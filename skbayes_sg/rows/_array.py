@@ -35,9 +35,24 @@ class ArrayRows(RowSource):
     def n_features(self):
         return self.X.shape[1]
 
+    #: Sparse X in padded form (:func:`ell_from_sparse`): False where that does not pay, None
+    #: before it is first asked for.
+    _padded_sparse = None
+
     @property
     def nbytes(self):
-        return _nbytes(self.X) + super().nbytes
+        return _nbytes(self.X) + _nbytes(self._padded_sparse) + super().nbytes
+
+    def padded(self):
+        """``(cols, vals or None)``: the rows in padded form for products with stacked minibatches
+        (the chains' stacked forces, :mod:`skbayes_sg.models._fused_minibatch`), or None.
+        Sparse CSR X is padded on first request, when that pays (:func:`ell_from_sparse`); dense
+        X here has no padded form (a one-byte copy's is :class:`~._padded.PaddedRows`')."""
+        if not sp.issparse(self.X):
+            return None
+        if self._padded_sparse is None:
+            self._padded_sparse = ell_from_sparse(self.X)
+        return self._padded_sparse or None
 
     def _targets(self, y):
         return y if self.y_dtype is None else y.astype(self.y_dtype, copy=False)
@@ -103,3 +118,27 @@ class MemmapRows(ArrayRows):
     def nbytes(self):
         # The pages of X belong to the file, not to this object.
         return RowSource.nbytes.fget(self)
+
+
+def ell_from_sparse(X):
+    """``(cols (N, k), vals (N, k) or None)`` of sparse ``X`` in padded form (its rows' entries in
+    their stored order, the phantom column ``D`` for padding), or False where padding would not
+    pay: a row with more than a quarter of its columns stored, or rows so uneven that the
+    padded arrays would hold more than twice the stored entries."""
+    if not sp.issparse(X) or X.format != "csr":
+        return False
+    N, D = X.shape
+    counts = np.diff(X.indptr)
+    k = int(counts.max()) if N else 0
+    if k == 0 or 4 * k > D or N * k > 2 * max(X.nnz, 1):
+        return False
+    rows = np.repeat(np.arange(N), counts)
+    slot = np.arange(X.nnz) - np.repeat(X.indptr[:-1], counts)
+    cols = np.full((N, k), D, dtype=np.int32 if N * k < 2**31 - 1 else np.int64)
+    cols[rows, slot] = X.indices
+    data = np.asarray(X.data, dtype=np.float64)
+    vals = None
+    if (data != 1.0).any():
+        vals = np.zeros((N, k))
+        vals[rows, slot] = data
+    return cols, vals
