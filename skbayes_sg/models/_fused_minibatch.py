@@ -7,8 +7,8 @@ calls a chain, and as many again for every product of mCCAdL's C step with the m
 noise covariance. On a9a these calls, not their arithmetic, were most of an iteration.
 
 Here the ``C`` minibatches are one block-diagonal set of rows (:class:`StackedRows`): sparse
-one-hot rows as one CSR matrix whose chain ``c`` occupies columns ``c (D + 1) ...``, dense rows
-as a ``(C, n, D)`` stack. One compiled kernel call, or one stacked ``matmul``, computes every
+rows in padded form (a one-hot X's, or a CSR X's: ``RowSource.padded``) as one CSR matrix whose
+chain ``c`` occupies columns ``c (D + 1) ...``, dense rows as a ``(C, n, D)`` stack. One compiled kernel call, or one stacked ``matmul``, computes every
 chain's rows against its own vector. The force is that of
 :class:`~skbayes_sg.minibatch.ControlVariateGradient` on the whitened model, term for term::
 
@@ -24,8 +24,8 @@ row's terms in column order and scatter a chain's rows into its own block, a sta
 ``matmul`` runs one BLAS product per chain, and the elementwise maps and reductions along a
 row do not see the other rows. A chain's force therefore does not depend on which chains
 share its group, so the same ``random_state`` gives the same draws whatever ``n_jobs`` is.
-The force agrees with the chain-by-chain estimator's to rounding, not bit for bit (another
-order of the same products).
+The kernels are those of the chain-by-chain estimator, called in the same order on the same
+numbers: its forces and products are these, bit for bit (``tests/test_fused_minibatch.py``).
 """
 
 import numpy as np
