@@ -9,8 +9,9 @@ and the series runs until the last chain stops, a chain's terms no longer added 
 test has stopped it.
 
 Each chain's decisions are those of :func:`~._expmv.c_step` from its own trace, norms and
-terms, the same formulas in the same order; only the products round differently (their order
-of summation). Where that function leaves the single-step Taylor series (a scaling ``s > 1``
+terms, the same formulas in the same order, and the stacked products are the chain's own
+kernels: its C step is ``c_step``'s bit for bit (``tests/test_fused_minibatch.py``). Where
+that function leaves the single-step Taylor series (a scaling ``s > 1``
 with its power iteration, Lanczos, a trace or norm that is zero, infinite or NaN), the chain
 takes it instead, alone, from its own state: every chain's path depends on its own numbers
 only, so its draws do not depend on which chains share its group.
