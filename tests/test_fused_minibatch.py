@@ -61,7 +61,9 @@ def _estimators(model, n_chains=3, batch=48, importance=False):
     if importance:
         p = np.random.default_rng(5).uniform(0.5, 2.0, model.n_samples)
         probs = RowDistribution(p / p.sum())
-    spec = GradientSpec(batch_size=batch, centre=centre, g_hat=model.log_likelihood_and_grad(centre)[1], row_probabilities=probs)
+    spec = GradientSpec(
+        batch_size=batch, centre=centre, g_hat=model.log_likelihood_and_grad(centre)[1], row_probabilities=probs
+    )
     return [spec.build(model) for _ in range(n_chains)]
 
 
@@ -116,7 +118,9 @@ def test_a_stack_rebuilt_from_the_chains_operators_computes_the_same(cancer):
     group = ChainsGradient(_estimators(model))
     P = model.n_params
     rng = np.random.default_rng(0)
-    ops = group.forces(rng.standard_normal((3, P)), [np.random.default_rng(i) for i in range(3)], np.empty((3, P)), True)
+    ops = group.forces(
+        rng.standard_normal((3, P)), [np.random.default_rng(i) for i in range(3)], np.empty((3, P)), True
+    )
     rebuilt = StackedGLMGradients.of([copy.deepcopy(op) for op in ops])
     mixed = StackedGLMGradients.of([ops[2], copy.deepcopy(ops[0])])
     assert rebuilt is not ops[0].stack and mixed is not None
@@ -148,7 +152,9 @@ def test_stacked_c_step_is_each_chains_own(cancer, t, in_series):
     p = rng.standard_normal((4, P))
     p[3] = 0.0
     scale = 0.5 * t
-    expected = [c_step(p[c], ops[c].own_operator(), noise_scale, t, scale, eigvec=np.zeros(P), cache={}) for c in range(4)]
+    expected = [
+        c_step(p[c], ops[c].own_operator(), noise_scale, t, scale, eigvec=np.zeros(P), cache={}) for c in range(4)
+    ]
     out = p.copy()
     n_products, alone = stacked_c_step(out, StackedGLMGradients.of(ops), noise_scale, t, scale, 2.0**-6, "auto")
     assert sorted(set(range(4)) - set(alone)) == in_series

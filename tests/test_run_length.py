@@ -48,7 +48,12 @@ def test_growth_follows_the_predicted_ess():
     # A failing R-hat alone: R-hat - 1 falls as 1 / n, so the kept draws grow by the predicted
     # factor with the margin (1.015: 1.5 x 1.1), a just failing one by MIN_GROWTH, a far failing
     # or infinite one at most double; a count of burn-in stays put.
-    for rhat, growth in ((1.015, 1.5 * _run_length.MARGIN), (1.0102, _run_length.MIN_GROWTH), (1.05, 2.0), (np.inf, 2.0)):
+    for rhat, growth in (
+        (1.015, 1.5 * _run_length.MARGIN),
+        (1.0102, _run_length.MIN_GROWTH),
+        (1.05, 2.0),
+        (np.inf, 2.0),
+    ):
         nxt = next_schedule(Schedule(1000, 100, 1), _summary(5000, rhat=rhat), 100, None, 4)
         assert (nxt.n_iter, nxt.n_burn) == (100 + int(np.ceil(900 * growth - 1e-9)), 100), rhat
     # One chain has no R-hat: its ESS alone decides.

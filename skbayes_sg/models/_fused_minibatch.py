@@ -8,8 +8,9 @@ noise covariance. On a9a these calls, not their arithmetic, were most of an iter
 
 Here the ``C`` minibatches are one block-diagonal set of rows (:class:`StackedRows`): sparse
 rows in padded form (a one-hot X's, or a CSR X's: ``RowSource.padded``) as one CSR matrix whose
-chain ``c`` occupies columns ``c (D + 1) ...``, dense rows as a ``(C, n, D)`` stack. One compiled kernel call, or one stacked ``matmul``, computes every
-chain's rows against its own vector. The force is that of
+chain ``c`` occupies columns ``c (D + 1) ...``, dense rows as a ``(C, n, D)`` stack. One
+compiled kernel call, or one stacked ``matmul``, computes every chain's rows against its own
+vector. The force is that of
 :class:`~skbayes_sg.minibatch.ControlVariateGradient` on the whitened model, term for term::
 
     theta = m + L z,  d_i = c_i w_i [r_i(theta) - r_i(theta_hat)],
@@ -140,8 +141,7 @@ class StackedGLMGradients:
         if isinstance(first, ChainRowsGradients):
             stack = first.stack
             if stack.n_chains == len(operators) and all(
-                isinstance(op, ChainRowsGradients) and op.stack is stack and op.c == c
-                for c, op in enumerate(operators)
+                isinstance(op, ChainRowsGradients) and op.stack is stack and op.c == c for c, op in enumerate(operators)
             ):
                 return stack
         parts = [_parts(op) for op in operators]
@@ -212,9 +212,11 @@ class StackedGLMGradients:
     def own(self, c):
         """Chain ``c``'s operator standing alone (its arrays copied out of the stack)."""
         X = self.rows.chain_rows(c)
-        X = EllRows(X.cols.copy(), None if X.vals is None else X.vals.copy(), X.n_features) if isinstance(
-            X, EllRows
-        ) else X.copy()
+        X = (
+            EllRows(X.cols.copy(), None if X.vals is None else X.vals.copy(), X.n_features)
+            if isinstance(X, EllRows)
+            else X.copy()
+        )
         inner = LinearPerExampleGradients(X, self.d[c][:, None].copy(), self.fit_intercept)
         inner._mean = _read_only(self._mean_theta[c])
         op = TransformedPerExampleGradients(inner, self.L, self.q[c].copy())

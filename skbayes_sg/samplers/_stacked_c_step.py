@@ -116,7 +116,7 @@ def stacked_c_step(p, grads, noise_scale, t, scale, tol, method):
         term = Ab
         sq = row_dots(term)
         added, running = [], list(plan)
-        for c, (m, mu_c, limit) in list(plan.items()):
+        for c, (_m, _mu_c, limit) in list(plan.items()):
             size_sq = float(sq[c])
             if not 0.0 < size_sq < math.inf:
                 # A zero or non-finite term: left to c_step, which handles both.

@@ -382,7 +382,13 @@ class MCCAdL(ThermostatSampler):
             if stack is not None:
                 half = 0.5 * chains.step_size
                 n_products, alone = stacked_c_step(
-                    p, stack, grads.noise_scale, chains.step_size, half / self.temperature, self.expm_tol, self.expm_method
+                    p,
+                    stack,
+                    grads.noise_scale,
+                    chains.step_size,
+                    half / self.temperature,
+                    self.expm_tol,
+                    self.expm_method,
                 )
                 for state, n in zip(states, n_products):
                     state.c_products += n
