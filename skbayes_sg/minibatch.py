@@ -653,7 +653,6 @@ class ChainsGradient:
             idx = self._idx
             for c, (e, rng) in enumerate(zip(self.estimators, rngs)):
                 idx[c] = e._next_rows(rng)[0]
-            for e in self.estimators:
                 e.n_grad_evals += e._evals_per_row * e.batch_size
             return self._fused_minibatch(thetas, idx, out, per_example)
         operators = []

@@ -33,10 +33,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..rows._array import ArrayRows
-from ..rows._padded import EllRows, _csc_matvec, _csr_matvec
+from ..rows._padded import EllRows, _csc_matvec, _csr_matvec, padded_pointers
 from ._gradients import LinearPerExampleGradients, PerExampleGradients, TransformedPerExampleGradients
-
-_INDPTR = {}
 
 
 def _stacked(V, M):
@@ -65,21 +63,17 @@ class StackedRows:
             return
         C, n, k = cols.shape
         self.n_chains, self.n_batch = C, n
-        key = (C * n, k, cols.dtype)
-        ptr = _INDPTR.get(key)
-        if ptr is None:
-            if len(_INDPTR) > 64:  # a few shapes per fit; never unbounded
-                _INDPTR.clear()
-            ptr = _INDPTR[key] = (np.arange(0, C * n * k + 1, k, dtype=cols.dtype), np.ones(C * n * k))
+        indptr, ones = padded_pointers(C * n, k, cols.dtype)
         # Chain c's columns in its own block of D + 1 (the phantom column last in each).
         offsets = np.arange(0, C * (n_features + 1), n_features + 1, dtype=cols.dtype)
-        self._csr = (ptr[0], (cols + offsets[:, None, None]).reshape(-1), ptr[1] if vals is None else vals.reshape(-1))
+        self._csr = (indptr, (cols + offsets[:, None, None]).reshape(-1), ones if vals is None else vals.reshape(-1))
 
     def chain_rows(self, c):
-        """Chain ``c``'s rows as a single minibatch's (an :class:`EllRows` or an array)."""
+        """Chain ``c``'s rows as a single minibatch's, copied out of the stack (an
+        :class:`EllRows` or an array)."""
         if self.cols is None:
-            return self.X[c]
-        return EllRows(self.cols[c], None if self.vals is None else self.vals[c], self.n_features)
+            return self.X[c].copy()
+        return EllRows(self.cols[c].copy(), None if self.vals is None else self.vals[c].copy(), self.n_features)
 
     def dot(self, W):
         """``X_c w_c`` for every chain: ``W`` (C, D) to (C, n)."""
@@ -211,13 +205,7 @@ class StackedGLMGradients:
 
     def own(self, c):
         """Chain ``c``'s operator standing alone (its arrays copied out of the stack)."""
-        X = self.rows.chain_rows(c)
-        X = (
-            EllRows(X.cols.copy(), None if X.vals is None else X.vals.copy(), X.n_features)
-            if isinstance(X, EllRows)
-            else X.copy()
-        )
-        inner = LinearPerExampleGradients(X, self.d[c][:, None].copy(), self.fit_intercept)
+        inner = LinearPerExampleGradients(self.rows.chain_rows(c), self.d[c][:, None].copy(), self.fit_intercept)
         inner._mean = _read_only(self._mean_theta[c])
         op = TransformedPerExampleGradients(inner, self.L, self.q[c].copy())
         op._mean = _read_only(self._mean[c])
@@ -316,7 +304,7 @@ class FusedMinibatchForce:
     """
 
     def __init__(self, model, base, features, y, r_hat, q, row_scale, g_hat, batch_size):
-        self.model, self.base = model, base
+        self.base = base
         self.L, self.LT, self.m = model.L, model.L.T, model.m
         self.features, self.y, self.r_hat, self.q, self.row_scale = features, y, r_hat, q, row_scale
         rows = base.rows

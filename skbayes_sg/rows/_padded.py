@@ -14,6 +14,22 @@ except ImportError:  # pragma: no cover - a scipy without them: dense minibatche
 _INDPTR = {}
 
 
+def padded_pointers(n, k, dtype):
+    """``(indptr, ones)`` of ``n`` padded rows of ``k`` entries as CSR: the row pointers (of the
+    column indices' ``dtype``) and the data of all-ones rows. Kept per shape, read-only: every
+    minibatch of that shape shares them."""
+    key = (n, k, np.dtype(dtype))
+    ptr = _INDPTR.get(key)
+    if ptr is None:
+        if len(_INDPTR) > 64:  # a few batch sizes per fit; never unbounded
+            _INDPTR.clear()
+        ptr = (np.arange(0, n * k + 1, k, dtype=dtype), np.ones(n * k))
+        for a in ptr:
+            a.flags.writeable = False
+        _INDPTR[key] = ptr
+    return ptr
+
+
 class EllRows:
     """A minibatch of a sparse, integer-valued ``X`` (one-hot features, say) in padded form.
 
@@ -50,18 +66,9 @@ class EllRows:
         """``(indptr, indices, data)`` of the ``n x (D + 1)`` CSR matrix (the phantom column last)."""
         if self._csr is not None:
             return self._csr
-        n, k = self.cols.shape
-        key = (n, k)
-        ptr = _INDPTR.get(key)
-        if ptr is None:
-            if len(_INDPTR) > 64:  # a few batch sizes per fit; never unbounded
-                _INDPTR.clear()
-            ptr = (np.arange(0, n * k + 1, k, dtype=self.cols.dtype), np.ones(n * k))
-            for a in ptr:
-                a.flags.writeable = False  # shared by every minibatch of this shape
-            _INDPTR[key] = ptr
-        data = ptr[1] if self.vals is None else self.vals.reshape(-1)
-        self._csr = (ptr[0], self.cols.reshape(-1), data)
+        indptr, ones = padded_pointers(*self.cols.shape, self.cols.dtype)
+        data = ones if self.vals is None else self.vals.reshape(-1)
+        self._csr = (indptr, self.cols.reshape(-1), data)
         return self._csr
 
     def __matmul__(self, v):

@@ -244,13 +244,33 @@ def expmv(t, matvec, b, trace, norm, tol=DEFAULT_TOL, m_max=M_MAX, norm_bound=np
     for _ in range(8):
         m, s = select_degree(abs(t) * norm, tol, m_max) if degree is None else degree
         degree = None
-        limit = abs(t) * norm / s * (1.0 + 1e-6) + 1e-300
-        f, k_used, observed = _taylor_steps(t, matvec, b, mu, m, s, tol, limit)
+        f, k_used, observed = _taylor_steps(t, matvec, b, mu, m, s, tol, growth_limit(t, norm, s))
         n_products += k_used
         if observed is None or norm >= norm_bound:
             return f, n_products
         norm = min(max(2.0 * norm, 1.5 * observed * s / abs(t)), norm_bound)
     return f, n_products
+
+
+def growth_limit(t, norm, s):
+    """The largest ``k ||term_k|| / ||term_(k-1)||`` a Taylor factor's terms may show if the norm
+    estimate ``norm`` of the shifted matrix is right: ``|t| norm / s``, with room for rounding
+    (see :func:`expmv`, Notes)."""
+    return abs(t) * norm / s * (1.0 + 1e-6) + 1e-300
+
+
+def trace_norm_bound(tr, n_dims):
+    """``max(tr - tr / N_d, tr / N_d)``: a true bound on ``||A - mu~ I||`` for a positive
+    semidefinite ``A`` of trace ``tr`` (its largest eigenvalue is at most ``tr``), ``mu~`` the
+    mean eigenvalue."""
+    lam_bar = tr / n_dims
+    return max(tr - lam_bar, lam_bar)
+
+
+def covariance_trace(factor, sum_of_squares, n, mean_sq):
+    """``tr(factor V)`` of ``n`` per-example gradients from their total sum of squares and their
+    mean's squared norm (the centring's rounding clipped at 0)."""
+    return factor * max(sum_of_squares - n * mean_sq, 0.0)
 
 
 def _norm(v):
@@ -536,8 +556,7 @@ class NoiseCovariance:
             # A model may offer the total alone (cheaper than the per-coordinate vector).
             total = getattr(self.grads, "total_sum_of_squares", None)
             ss = float(total()) if total is not None else float(self.grads.sum_of_squares().sum())
-            # tr(V) >= 0; rounding in the centring can leave a tiny negative value.
-            self._trace = self.factor * max(ss - self.n * float(self.g_bar @ self.g_bar), 0.0)
+            self._trace = covariance_trace(self.factor, ss, self.n, float(self.g_bar @ self.g_bar))
         return self._trace
 
     def largest_eigenvalue(self, v, n_iter=1, rtol=0.05):
@@ -665,7 +684,8 @@ def c_step(
     if cov.is_compact and method == "auto":
         return cov.expm(t, tol) @ p, 1
     lam_bar = tr / P
-    norm = max(tr - lam_bar, lam_bar)
+    # lambda_max <= tr(Sigma): a true bound, and the norm's first estimate.
+    bound = norm = trace_norm_bound(tr, P)
     n_est = 0
     # (m, s) is chosen once per call, here, and handed to expmv: select_degree was a
     # visible part of a C step that costs two products.
@@ -686,7 +706,6 @@ def c_step(
         lam = min(safety * lam, tr)
         norm = max(lam - lam_bar, lam_bar)
         degree = select_degree(abs(t) * norm, tol)
-    bound = max(tr - lam_bar, lam_bar)  # lambda_max <= tr(Sigma): a true bound
     if method == "lanczos" or (method == "auto" and degree[0] * degree[1] > LANCZOS_FROM):
         if cache is not None:
             cache["n_lanczos"] = cache.get("n_lanczos", 0) + 1

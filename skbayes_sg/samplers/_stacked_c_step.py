@@ -23,7 +23,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from ._batched import row_dots
-from ._expmv import LANCZOS_FROM, select_degree
+from ._expmv import LANCZOS_FROM, covariance_trace, growth_limit, select_degree, trace_norm_bound
 
 
 class StackedNoiseCovariance:
@@ -40,8 +40,7 @@ class StackedNoiseCovariance:
         """``tr(coef * Sigma)`` of every chain, a list of floats (NoiseCovariance.trace's formula)."""
         ss = self.grads.total_sum_of_squares()
         gg = row_dots(self.grads.mean())
-        n, factor = self.n, self.factor
-        return [factor * max(float(a) - n * float(b), 0.0) for a, b in zip(ss, gg)]
+        return [covariance_trace(self.factor, float(a), self.n, float(b)) for a, b in zip(ss, gg)]
 
     def matvec(self, V):
         """``coef * Sigma_c v_c`` for every row of ``V`` (C, P)."""
@@ -79,14 +78,13 @@ def stacked_c_step(p, grads, noise_scale, t, scale, tol, method):
         if not math.isfinite(tr) or tr == 0.0 or t == 0.0:
             alone.append(c)
             continue
-        lam_bar = tr / P
-        norm = max(tr - lam_bar, lam_bar)
+        norm = trace_norm_bound(tr, P)
         m, s = select_degree(abs(t) * norm, tol)
         if s > 1 or method == "lanczos" or (method == "auto" and m * s > LANCZOS_FROM):
             alone.append(c)
             continue
         # expmv's first attempt, norm = norm_bound: the growth check ends the series, no restart.
-        plan[c] = (m, -tr / P, abs(t) * norm / s * (1.0 + 1e-6) + 1e-300)
+        plan[c] = (m, -tr / P, growth_limit(t, norm, s))
     if not plan:
         return n_products, alone
     # The series, each chain's tests in a loop of plain floats (a few chains: cheaper than
