@@ -34,12 +34,23 @@ def test_fused_log_posterior_is_the_models(cancer):
             out = np.empty_like(Z)
             lp = fused.log_posterior_and_force(Z, out)
             ref = [m.log_posterior_and_grad(z) for z in Z]
-            np.testing.assert_allclose(out, [g for _, g in ref], rtol=1e-9, atol=1e-9, err_msg=name)
+            grad = np.array([g for _, g in ref])
+            if fused._logistic:
+                # The logistic force is single precision (it steers the trajectories; the
+                # accept test's log posterior below is double): within a few float32 roundings
+                # of the largest term, far below any error in its maths (a term, sign or
+                # factor of 2 off moves it by O(1) of its scale).
+                np.testing.assert_allclose(out, grad, rtol=0, atol=1e-5 * np.abs(grad).max(), err_msg=name)
+            else:
+                np.testing.assert_allclose(out, grad, rtol=1e-9, atol=1e-9, err_msg=name)
             np.testing.assert_allclose(lp - lp[0], [v - ref[0][0] for v, _ in ref], rtol=1e-9, atol=1e-8)
             # Row by row: a chain's value does not depend on the others in its stack.
-            assert fused.log_posterior_and_force(Z[1:2], out[1:2])[0] == lp[1]
-            # The trajectories' force (another form of the logistic residual) is the same force.
-            np.testing.assert_allclose(fused.leapfrog_force(Z, np.empty_like(Z)), out, rtol=1e-12, atol=1e-12)
+            one = np.empty_like(out[1:2])
+            assert fused.log_posterior_and_force(Z[1:2], one)[0] == lp[1]
+            np.testing.assert_array_equal(one[0], out[1])
+            # The trajectories' force is the accept test's pass's, bit for bit: a point's force
+            # must not depend on which of the two computed it (the trajectories' reversibility).
+            np.testing.assert_array_equal(fused.leapfrog_force(Z, np.empty_like(Z)), out)
 
 
 def test_exact_on_a_gaussian_posterior():
