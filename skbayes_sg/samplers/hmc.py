@@ -344,19 +344,25 @@ class HMC(BaseSampler):
                     chains.eps[c] = _frozen_step(chains.n_adapt[c], chains.log_eps_bar[c], chains.eps[c])
                     s.freeze_pending = False
         theta, log_p, grad, eps = chains.theta, chains.log_p, chains.grad, chains.eps
-        r = chains.normals(rngs, chains.noise)
-        log_u = np.array([math.log1p(-rng.random()) for rng in rngs])
-        split = self.uses_split(grads.model)
+        # The integrator and the fused force are the group's for the round (one model).
+        kit = getattr(chains, "_hmc_kit", None)
+        if kit is None:
+            split = self.uses_split(grads.model)
+            fused = fused_force(grads.model) if grads.full else None
+            kit = chains._hmc_kit = (split, fused, _split_trajectory if split else _leapfrog_trajectory)
+        split, fused, integrate = kit
+        # The momenta are the noise buffer itself: the trajectory moves them in place and the
+        # next iteration draws afresh.
+        p = chains.normals(rngs, chains.noise)
+        log_u = [math.log1p(-rng.random()) for rng in rngs]
         n_leap, step = self._n_leapfrog(eps, int(chains.n_steps[0]), split)
-        H0 = 0.5 * row_dots(r) - log_p
-        q, p, g = theta.copy(), r.copy(), grad.copy()
+        H0 = 0.5 * row_dots(p) - log_p
+        q, g = theta.copy(), grad.copy()
         n_max = int(n_leap.max())
         # Each step's epsilon per chain: 0 once a chain's trajectory has ended, so that it
         # stays put while the longest one finishes.
         e_all = np.where(np.arange(n_max)[:, None] < n_leap, step, 0.0)[:, :, None]
         half_all = 0.5 * e_all
-        fused = fused_force(grads.model) if grads.full else None
-        integrate = _split_trajectory if split else _leapfrog_trajectory
         lp = integrate(grads, fused, q, p, g, e_all, half_all, chains.work)
         # The proposal (q, -p): the negation leaves the kinetic energy as it is.
         H1 = 0.5 * row_dots(p) - lp
@@ -374,30 +380,26 @@ class HMC(BaseSampler):
         return n.astype(np.intp), (length / n if split else eps)
 
     def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap, split=False):
-        dH = H1 - H0
-        # Not finite (NaN fails both comparisons) or above the threshold.
-        diverging = ~((dH > -np.inf) & (dH <= DIVERGENCE_ENERGY))
-        log_ratio = np.where(diverging, -np.inf, -dH)
-        # math.exp per chain: the scalar formula a chain alone uses (numpy's may round otherwise).
-        accept_prob = np.array([math.exp(min(0.0, v)) for v in log_ratio.tolist()])
-        accepted = log_u < log_ratio
-        if accepted.any():
-            chains.theta[accepted], chains.grad[accepted], chains.log_p[accepted] = (
-                q[accepted],
-                g[accepted],
-                lp[accepted],
-            )
-        if chains.adapting:
-            for c in range(len(accept_prob)):
-                self._dual_average(chains, c, float(accept_prob[c]), split)
-        else:
-            chains.n_accepted += accepted
-            chains.n_divergent += diverging
+        # Chain by chain in plain floats: the scalar formulas a chain alone uses (numpy's exp
+        # may round otherwise), and for a few chains cheaper than a dozen array operations.
+        rows = []
+        for c, dH in enumerate((H1 - H0).tolist()):
+            # Not finite (NaN fails both comparisons) or above the threshold.
+            diverging = not (dH > -math.inf and dH <= DIVERGENCE_ENERGY)
+            log_ratio = -math.inf if diverging else -dH
+            accept_prob = math.exp(min(0.0, log_ratio))
+            accepted = log_u[c] < log_ratio
+            if accepted:
+                chains.theta[c], chains.grad[c], chains.log_p[c] = q[c], g[c], lp[c]
+            if chains.adapting:
+                self._dual_average(chains, c, accept_prob, split)
+            else:
+                chains.n_accepted[c] += accepted
+                chains.n_divergent[c] += diverging
+            rows.append((accept_prob, float(accepted), n_leap[c], float(diverging)))
         chains.n_leapfrog += n_leap
         chains.n_steps += 1.0
-        info = np.empty((len(dH), len(HMCInfo._fields)))
-        info[:, 0], info[:, 1], info[:, 2], info[:, 3] = accept_prob, accepted, n_leap, diverging
-        return info
+        return np.array(rows)
 
     def _dual_average(self, chains, c, accept_prob, split=False):
         """One step of dual averaging on chain ``c``'s log step (Hoffman & Gelman 2014, eqs. 5-6)."""
