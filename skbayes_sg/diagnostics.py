@@ -167,8 +167,22 @@ def _z_scale(x):
     # Row by row: numpy's 2-D fancy indexing costs several times a loop of 1-D ones.
     for i in range(p):
         ties = ordered[i, 1:] == ordered[i, :-1]
-        z[i, order[i]] = _normal_scores(_sorted_ranks(ties), size) if ties.any() else scores
+        z[i, order[i]] = _tied_scores(ties, scores) if ties.any() else scores
     return z.reshape(p, c, n)
+
+
+def _tied_scores(ties, scores):
+    """The normal scores of a sorted row with ``ties`` (:func:`_sorted_ranks`' argument), from
+    ``scores``, those of the positions: a run of equal values takes the score of its average
+    rank, computed once per run (an exact sampler's rejections repeat a draw, so every row of
+    its draws has runs, but far fewer of them than draws); the others keep their position's."""
+    size = scores.size
+    out = scores.copy()
+    first, last = _tie_runs(np.flatnonzero(ties))
+    lengths = last - first + 1
+    values = _normal_scores(0.5 * (first + last) + 1.0, size)
+    out[_run_positions(first, lengths)] = np.repeat(values, lengths)
+    return out
 
 
 def _normal_scores(ranks, size):
@@ -189,14 +203,26 @@ def _sorted_ranks(ties):
     ranks = np.arange(1.0, size + 1)
     tied = np.flatnonzero(ties)
     if tied.size:
-        # Runs of consecutive tied pairs: run k covers positions first[k] .. last[k].
-        breaks = np.flatnonzero(np.diff(tied) > 1)
-        first = tied[np.concatenate(([0], breaks + 1))]
-        last = tied[np.concatenate((breaks, [tied.size - 1]))] + 1
+        first, last = _tie_runs(tied)
         lengths = last - first + 1
-        offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        ranks[np.repeat(first, lengths) + offsets] = np.repeat(0.5 * (first + last) + 1.0, lengths)
+        ranks[_run_positions(first, lengths)] = np.repeat(0.5 * (first + last) + 1.0, lengths)
     return ranks
+
+
+def _tie_runs(tied):
+    """``(first, last)``: the positions that open and close each run of equal values of a
+    sorted row, given ``tied`` (non-empty), the positions ``i`` with ``row[i] == row[i + 1]``."""
+    # Runs of consecutive tied pairs: run k covers positions first[k] .. last[k].
+    breaks = np.flatnonzero(np.diff(tied) > 1)
+    first = tied[np.concatenate(([0], breaks + 1))]
+    last = tied[np.concatenate((breaks, [tied.size - 1]))] + 1
+    return first, last
+
+
+def _run_positions(first, lengths):
+    """Every position of the runs starting at ``first`` with ``lengths``, run after run."""
+    offsets = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.repeat(first, lengths) + offsets
 
 
 def _average_ranks(x):
