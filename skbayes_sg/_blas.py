@@ -12,7 +12,10 @@ The scan itself resolves the real path of every shared object the process has ma
 (10 ms in a fresh process with the scientific stack loaded, a tenth of a small default
 fit); nine in ten are Python extension modules (``*.cpython-*.so``, ``*.abi3.so``), which
 are never a BLAS or an OpenMP runtime (a BLAS reached through a symbolic link has a
-library's name), so they are skipped.
+library's name), so they are skipped. The objects are listed by the dynamic loader
+(``dl_iterate_phdr``, threadpoolctl's route on other Unix systems) rather than by reading
+``/proc/self/maps``, which the kernel writes out mapping by mapping (3 ms of a fresh
+process's first fit, against under 2 ms for the whole scan this way).
 """
 
 import contextlib
@@ -31,12 +34,11 @@ class _LibraryController(ThreadpoolController):
     """threadpoolctl's controller, its Linux scan skipping Python extension modules."""
 
     def _find_libraries_with_linux(self):
-        with open("/proc/self/maps", "rb") as f:
-            maps = f.read()
-        for filepath in set(self._PATH_RE.findall(maps)):
-            filepath = filepath.decode("utf-8")
-            if not _EXTENSION_MODULE.search(filepath):
-                self._make_controller_from_path(filepath)
+        self._find_libraries_with_dl_iterate_phdr()
+
+    def _make_controller_from_path(self, filepath):
+        if not _EXTENSION_MODULE.search(filepath):
+            super()._make_controller_from_path(filepath)
 
 
 def _new_controller():
