@@ -163,26 +163,24 @@ def _z_scale(x):
     # parameters: without ties the ranks are the positions, and the same numbers as
     # ``ndtri`` of every element come for size rather than p * size evaluations.
     scores = _normal_scores(np.arange(1.0, size + 1), size)
+    values = np.tile(scores, p)
+    # Runs of equal values, all rows at once: position i * size + k of the flattened sorted
+    # rows is tied to the next where ordered[i, k] == ordered[i, k + 1]. A row's last position
+    # never is, so no run crosses into the next row. A run takes the score of its average rank
+    # (the mean of its positions in its row, plus one), computed once per run: an exact
+    # sampler's rejections repeat draws, so every row of its draws has runs, but far fewer of
+    # them than draws.
+    tied = np.flatnonzero(ordered[:, 1:] == ordered[:, :-1])
+    if tied.size:
+        tied += tied // (size - 1)  # from the (p, size - 1) comparisons to the (p, size) rows
+        first, last = _tie_runs(tied)
+        lengths = last - first + 1
+        run_scores = _normal_scores(0.5 * (first % size + last % size) + 1.0, size)
+        values[_run_positions(first, lengths)] = np.repeat(run_scores, lengths)
+    # Each sorted position's score goes back to its draw: one scatter over all rows.
     z = np.empty((p, size))
-    # Row by row: numpy's 2-D fancy indexing costs several times a loop of 1-D ones.
-    for i in range(p):
-        ties = ordered[i, 1:] == ordered[i, :-1]
-        z[i, order[i]] = _tied_scores(ties, scores) if ties.any() else scores
+    np.put(z, order + (size * np.arange(p))[:, None], values)
     return z.reshape(p, c, n)
-
-
-def _tied_scores(ties, scores):
-    """The normal scores of a sorted row with ``ties`` (:func:`_sorted_ranks`' argument), from
-    ``scores``, those of the positions: a run of equal values takes the score of its average
-    rank, computed once per run (an exact sampler's rejections repeat a draw, so every row of
-    its draws has runs, but far fewer of them than draws); the others keep their position's."""
-    size = scores.size
-    out = scores.copy()
-    first, last = _tie_runs(np.flatnonzero(ties))
-    lengths = last - first + 1
-    values = _normal_scores(0.5 * (first + last) + 1.0, size)
-    out[_run_positions(first, lengths)] = np.repeat(values, lengths)
-    return out
 
 
 def _normal_scores(ranks, size):

@@ -438,3 +438,23 @@ def test_summarize_on_threads_is_summarize():
         assert threaded.keys() == one.keys()
         for key in one:
             np.testing.assert_array_equal(threaded[key], one[key])
+
+
+def test_z_scale_with_ties_in_every_row_matches_rankdata():
+    # Rank normalisation scores every parameter's runs of tied draws at once (an exact
+    # sampler's rejections repeat draws): each parameter's scores must be the per-parameter
+    # rankdata reference, runs at the rows' ends and a constant parameter included.
+    from skbayes_sg.diagnostics import _z_scale
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 4, 120))
+    repeat = rng.random(x.shape) < 0.3
+    for k in range(1, x.shape[2]):
+        x[:, :, k] = np.where(repeat[:, :, k], x[:, :, k - 1], x[:, :, k])
+    x[1] = np.round(x[1])  # long runs
+    x[2] = 1.5  # constant: one run over the whole row
+    x[3, :, -5:] = x[3].max() + 1.0  # a run at the end of the sorted row
+    x[4, 0, :7] = x[4].min() - 1.0  # and at its start
+    z = _z_scale(x)
+    for i in range(x.shape[0]):
+        np.testing.assert_array_equal(z[i], _reference_z(x[i]))
