@@ -358,10 +358,10 @@ class HMC(BaseSampler):
         n_leap, step = self._n_leapfrog(eps, int(chains.n_steps[0]), split)
         H0 = 0.5 * row_dots(p) - log_p
         q, g = theta.copy(), grad.copy()
-        n_max = int(n_leap.max())
         # Each step's epsilon per chain: 0 once a chain's trajectory has ended, so that it
         # stays put while the longest one finishes.
-        e_all = np.where(np.arange(n_max)[:, None] < n_leap, step, 0.0)[:, :, None]
+        e_all = np.array([[e if j < n else 0.0 for n, e in zip(n_leap, step)] for j in range(max(n_leap))])
+        e_all = e_all[:, :, None]
         half_all = 0.5 * e_all
         lp = integrate(grads, fused, q, p, g, e_all, half_all, chains.work)
         # The proposal (q, -p): the negation leaves the kinetic energy as it is.
@@ -371,13 +371,13 @@ class HMC(BaseSampler):
     def _n_leapfrog(self, eps, t, split=False):
         """Steps of iteration ``t`` for each chain's step ``eps`` (C,), and the steps taken:
         ``eps`` itself (leapfrog), or the trajectory's length over the number of steps
-        (split: the rotation's total angle is the jittered length, however large ``eps``)."""
+        (split: the rotation's total angle is the jittered length, however large ``eps``);
+        both lists of C (plain numbers: for a few chains cheaper than arrays)."""
         u = math.fmod((t + 1) * _PHI, 1.0)
         length = self._length(split) * (1.0 + self.jitter * (2.0 * u - 1.0))
-        n = np.ceil(length / eps)
-        np.maximum(n, 1.0, out=n)
-        np.minimum(n, MAX_LEAPFROG, out=n)
-        return n.astype(np.intp), (length / n if split else eps)
+        eps = eps.tolist()
+        n = [min(max(math.ceil(length / e), 1), MAX_LEAPFROG) for e in eps]
+        return n, ([length / k for k in n] if split else eps)
 
     def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap, split=False):
         # Chain by chain in plain floats: the scalar formulas a chain alone uses (numpy's exp
