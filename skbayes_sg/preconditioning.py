@@ -9,6 +9,15 @@ near-Gaussian posterior into a near-standard one: every direction has curvature 
 1 and one ``h`` serves all. For Langevin dynamics this change of variables is the same
 thing as a constant mass matrix / preconditioner ``H`` in ``theta``, so each sampler is
 still its paper's scheme, in these coordinates (see :class:`~.models._whitened.WhitenedModel`).
+
+Past :data:`MAX_DENSE_PARAMS` a dense ``L`` costs too much and ``"auto"`` whitens a GLM with
+intercepts by ``"centred"``: the diagonal of the Hessian after centring the predictors for
+the intercepts (as brms does), whose coupling to every coefficient a plain diagonal leaves,
+with a Lanczos correction of the few directions still far from unit curvature
+(:func:`centred_factor`, :mod:`~.models._centred`). On ``benchmarks/wide_sparse_diag.py``'s
+MAP (50,000 rows, 2,000 binary features, 20 per row) the whitened Hessian's eigenvalues span
+0.00078-20.7 with the diagonal (mCCAdL ran to its 100,000-iteration ceiling), 0.016-1.46
+centred and 0.51-1.46 corrected (the default fit converged in 8,000 iterations).
 """
 
 import numpy as np
@@ -21,7 +30,8 @@ PRECONDITIONERS = ("auto", "dense", "centred", "diag", "none")
 #: leaves the correlations: digits' softmax (650 parameters) keeps a condition number in the
 #: hundreds and its chains do not mix at the default budget, while its dense factor costs
 #: a few ``O(P^2)`` products per iteration (a millisecond at P = 1,000) and one ``O(P^3)``
-#: factorisation. Beyond, both grow too fast and the diagonal is used.
+#: factorisation. Beyond, both grow too fast: a GLM with intercepts is whitened by
+#: :func:`centred_factor` (``"centred"``), another model by the diagonal.
 MAX_DENSE_PARAMS = 1000
 
 #: The centred whitening corrects the directions whose curvature after it lies outside
