@@ -224,3 +224,17 @@ def test_centred_mccadl_fit_is_exact_on_sparse_binary_rows():
     z_sd = (flat.std(axis=0, ddof=1) - ref.sd) / np.hypot(mcse_sd(draws), ref.mcse_sd)
     report = f"in MCSE: means {np.round(z_mean, 1)}, sds {np.round(z_sd, 1)}"
     assert np.all(np.abs(z_mean) < Z_MAX) and np.all(np.abs(z_sd) < Z_MAX), report
+
+
+def test_large_data_step_scale_applies_to_the_centred_whitening():
+    # mCCAdL past the exact sampler's bound doubles its curvature constant in the dense and
+    # the centred coordinates (both near N(0, I) there), not in the diagonal ones.
+    from types import SimpleNamespace
+
+    from skbayes_sg._estimator import LARGE_DATA_STEP_SCALE
+
+    large, small = SimpleNamespace(n_samples=50_000, n_params=2001), SimpleNamespace(n_samples=600, n_params=41)
+    est = SGBayesLogisticRegression()
+    base = est._fresh_step_scale(MCCAdL(), large, "diag")
+    assert est._fresh_step_scale(MCCAdL(), large, "centred") == LARGE_DATA_STEP_SCALE * base
+    assert est._fresh_step_scale(MCCAdL(), small, "centred") == base
