@@ -55,7 +55,7 @@ EXACT_WORK, EXACT_ROW_TERMS = 2_000_000, 30
 #: exact against the Laplace approximation (rms mean error 0.037 / 0.030 / 0.028 sd, sd ratios
 #: 0.964-1.063, R-hat <= 1.008, against 0.038 / 0.025 / 0.026 sd and 0.951-1.061 at h = 0.2) with
 #: 2,330 iterations instead of 5,000 (``benchmarks/synthetic_scaling.py``). The centred whitening
-#: (``preconditioning.centred_factor``) takes it too: its step is set by its measured largest
+#: (``models._centred.centred_factor``) takes it too: its step is set by its measured largest
 #: curvature, so its stiffest direction sees the dense one's ``h sqrt(lambda) = 0.4`` and the
 #: others less. On the wide sparse benchmark (P = 2,001) against full-data HMC the draws stay
 #: exact (rms mean error 0.030 sd, mean sd ratio 1.0005, 0.029 and 1.0011 at the unscaled step)

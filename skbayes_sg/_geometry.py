@@ -11,7 +11,7 @@ import numpy as np
 
 from .minibatch import GradientSpec, MinibatchGradient, RowDistribution, gradient_kind
 from .models import WhitenedModel
-from .models._centred import CentredScaling, CentredWhitenedModel
+from .models._centred import CentredScaling, CentredWhitenedModel, centred_factor
 from .models._map import hessian_at
 from .preconditioning import curvature_factor, intercept_layout, resolve_preconditioner
 from .samplers._step_size import largest_noise_eigenvalue
@@ -120,7 +120,12 @@ def build_geometry(
     precond = resolved_preconditioner(sampler, model.n_params, auto_preconditioner, intercept_layout(model) is not None)
     need_map = precond != "none" or kind == "control_variate" or start_at_map
     theta_map = map_estimate(model) if need_map else None
-    L = None if precond == "none" else curvature_factor(model, theta_map, precond, hessian_at)
+    if precond == "none":
+        L = None
+    elif precond == "centred":
+        L = centred_factor(model, theta_map)
+    else:
+        L = curvature_factor(model, theta_map, precond, hessian_at)
     probs = row_distribution(model, kind, theta_map, L, batch_scheme)
     return Geometry(theta_map, precond, L, kind, probs, batch_scheme)
 

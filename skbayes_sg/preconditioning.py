@@ -14,7 +14,7 @@ Past :data:`MAX_DENSE_PARAMS` a dense ``L`` costs too much and ``"auto"`` whiten
 intercepts by ``"centred"``: the diagonal of the Hessian after centring the predictors for
 the intercepts (as brms does), whose coupling to every coefficient a plain diagonal leaves,
 with a Lanczos correction of the few directions still far from unit curvature
-(:func:`centred_factor`, :mod:`~.models._centred`). On ``benchmarks/wide_sparse_diag.py``'s
+(:func:`~.models._centred.centred_factor`). On ``benchmarks/wide_sparse_diag.py``'s
 MAP (50,000 rows, 2,000 binary features, 20 per row) the whitened Hessian's eigenvalues span
 0.00078-20.7 with the diagonal (mCCAdL ran to its 100,000-iteration ceiling), 0.016-1.46
 centred and 0.51-1.46 corrected (the default fit converged in 8,000 iterations).
@@ -31,7 +31,7 @@ PRECONDITIONERS = ("auto", "dense", "centred", "diag", "none")
 #: hundreds and its chains do not mix at the default budget, while its dense factor costs
 #: a few ``O(P^2)`` products per iteration (a millisecond at P = 1,000) and one ``O(P^3)``
 #: factorisation. Beyond, both grow too fast: a GLM with intercepts is whitened by
-#: :func:`centred_factor` (``"centred"``), another model by the diagonal.
+#: :func:`~.models._centred.centred_factor` (``"centred"``), another model by the diagonal.
 MAX_DENSE_PARAMS = 1000
 
 #: The centred whitening corrects the directions whose curvature after it lies outside
@@ -72,12 +72,11 @@ def intercept_layout(model):
 
 
 def curvature_factor(model, theta_hat, kind, hessian=None):
-    """``L`` with ``L L' ~ H^-1`` at ``theta_hat``: lower-triangular (P, P), a diagonal (P,), or a
-    :class:`~skbayes_sg.models._centred.CentredScaling`.
+    """``L`` with ``L L' ~ H^-1`` at ``theta_hat``: lower-triangular (P, P) or a diagonal (P,).
 
     ``"dense"``: the Cholesky factor of the inverse Hessian. ``"diag"``: ``1 / sqrt(H_jj)``.
-    ``"centred"``: the diagonal whitening after centring the predictors for the intercepts
-    (:func:`centred_factor`).
+    (``"centred"``, a :class:`~skbayes_sg.models._centred.CentredScaling`, is
+    :func:`~skbayes_sg.models._centred.centred_factor`'s, built where the model layer is known.)
     Where the posterior is not log-concave at ``theta_hat`` (or the MAP is rough), negative
     or tiny curvatures are replaced by their absolute values floored at ``1e-10`` of the
     largest, so the factor stays finite and the sampler, still exact in ``z``, only mixes
@@ -87,17 +86,17 @@ def curvature_factor(model, theta_hat, kind, hessian=None):
     ----------
     model : Model
     theta_hat : ndarray of shape (P,)
-    kind : {"dense", "centred", "diag"}
+    kind : {"dense", "diag"}
     hessian : callable, optional
         ``hessian(model, theta_hat)``, the dense Hessian (default ``model.hessian``): the
         estimators pass one that reuses the Hessian their MAP search left at ``theta_hat``.
 
     Returns
     -------
-    L : ndarray of shape (P, P) or (P,), or CentredScaling
+    L : ndarray of shape (P, P) or (P,)
     """
-    if kind == "centred":
-        return centred_factor(model, theta_hat)
+    if kind not in ("dense", "diag"):
+        raise ValueError(f"curvature_factor builds the 'dense' and 'diag' factors, not {kind!r}.")
     # Features near 1e300 overflow the curvature's products: the non-finite result is
     # reported below as a ValueError naming the fix, without numpy's overflow warnings.
     with np.errstate(over="ignore", invalid="ignore"):
@@ -111,7 +110,7 @@ def curvature_factor(model, theta_hat, kind, hessian=None):
                 "The curvature of the log posterior at the MAP is not finite; standardise the "
                 "features or use preconditioner='none'."
             )
-        return 1.0 / np.sqrt(_floored(d))
+        return 1.0 / np.sqrt(floored_curvatures(d))
     if not np.all(np.isfinite(H)):
         raise ValueError(
             "The Hessian of the log posterior at the MAP is not finite; standardise the features "
@@ -131,93 +130,6 @@ def curvature_factor(model, theta_hat, kind, hessian=None):
     return cholesky(0.5 * (H_inv + H_inv.T), lower=True)
 
 
-def _floored(d):
+def floored_curvatures(d):
     """Curvatures floored at ``1e-10`` of the largest, so ``1 / sqrt(d)`` stays finite."""
     return np.maximum(d, max(float(d.max()), 1e-300) * 1e-10)
-
-
-def centred_factor(model, theta_hat):
-    """The centred diagonal whitening ``L = T diag(s)`` of a GLM with intercepts at ``theta_hat``.
-
-    ``mu_jk = H_{jk,a_k} / H_{a_k a_k}`` (the features' curvature-weighted means, from the
-    Hessian's intercept columns: one exact Hessian-vector product per output) removes the
-    intercepts' coupling to the coefficients in the Hessian at ``theta_hat``; ``s`` is
-    ``diag(T' H T)^-1/2``, whose coefficient entries are ``H_jj - mu_j^2 H_aa`` (see
-    :mod:`skbayes_sg.models._centred`). Cost: the diagonal's pass and ``K`` Hessian-vector
-    products, O(N D K), and O(P) to apply. Curvatures are floored as in
-    :func:`curvature_factor`; where an intercept's curvature is not positive (a posterior
-    not log-concave there) its coefficients are not centred.
-
-    Returns
-    -------
-    CentredScaling
-    """
-    from .models._centred import CentredScaling
-
-    D, K = intercept_layout(model)
-    with np.errstate(over="ignore", invalid="ignore"):
-        d = model.hessian_diagonal(theta_hat)
-        cols = np.empty((D, K))
-        h_a = np.empty(K)
-        for k in range(K):
-            e = np.zeros(model.n_params)
-            e[D * K + k] = 1.0
-            col = model.hessian_vector_product(theta_hat, e)
-            cols[:, k] = col[: D * K].reshape(D, K)[:, k]
-            h_a[k] = col[D * K + k]
-    if not (np.all(np.isfinite(d)) and np.all(np.isfinite(cols)) and np.all(np.isfinite(h_a))):
-        raise ValueError(
-            "The curvature of the log posterior at the MAP is not finite; standardise the "
-            "features or use preconditioner='none'."
-        )
-    positive = h_a > 0
-    mu = np.where(positive, cols / np.where(positive, h_a, 1.0), 0.0)
-    d = d.copy()
-    # diag(T' H T): H_jj - 2 mu_j H_ja + mu_j^2 H_aa = H_jj - mu_j H_ja with these mu.
-    d[: D * K] -= (mu * cols).ravel()
-    centred = CentredScaling(1.0 / np.sqrt(_floored(np.abs(d))), mu)
-    V, lam = outlying_curvatures(model, theta_hat, centred)
-    if not lam.size:
-        return centred
-    return CentredScaling(centred.s, mu, V, 1.0 / np.sqrt(lam) - 1.0)
-
-
-def outlying_curvatures(model, theta_hat, factor):
-    """``(V (P, r), lambda (r,))``: the eigenpairs of ``A = L' H L`` (``L`` the ``factor``) whose
-    curvature lies outside ``[1 / OUTLIER_RATIO, OUTLIER_RATIO]``, at most ``OUTLIER_RANK`` at
-    each end of the spectrum.
-
-    Centring and scaling leave directions that no diagonal sees, such as sums of binary
-    features that add up to a constant in every row (one-hot groups; on the wide sparse
-    benchmark's rows of 20 features each, curvature 0.016 against a bulk in [0.51, 1.46]).
-    Lanczos (ARPACK, from a fixed start, so the same data give the same factor) finds them
-    from Hessian-vector products, each one pass over the data: 50-100 of them, a fraction
-    of a second on that benchmark.
-    """
-    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
-
-    P = model.n_params
-    empty = np.zeros((P, 0)), np.zeros(0)
-    k = 2 * OUTLIER_RANK
-    if P <= 4 * k:
-        lam, V = eigh(factor.congruent(model.hessian(theta_hat)))
-    else:
-        op = LinearOperator(
-            (P, P),
-            matvec=lambda v: factor.right(model.hessian_vector_product(theta_hat, factor.left(v.ravel()))),
-            dtype=float,
-        )
-        v0 = np.random.default_rng(0).standard_normal(P)
-        try:
-            with np.errstate(over="ignore", invalid="ignore"):
-                lam, V = eigsh(op, k=k, which="BE", v0=v0, ncv=min(P, 4 * k), tol=1e-3, maxiter=20 * P)
-        except ArpackNoConvergence:
-            return empty
-    if not np.all(np.isfinite(lam)):
-        return empty
-    order = np.argsort(lam)
-    lam, V = lam[order], V[:, order]
-    low = np.flatnonzero((lam > 0) & (lam < 1.0 / OUTLIER_RATIO))[:OUTLIER_RANK]
-    high = np.flatnonzero(lam > OUTLIER_RATIO)[::-1][:OUTLIER_RANK]
-    keep = np.concatenate([low, high])
-    return V[:, keep], lam[keep]

@@ -11,8 +11,8 @@ from scipy.linalg import eigvalsh
 from skbayes_sg import SGBayesLogisticRegression
 from skbayes_sg.diagnostics import mcse_mean
 from skbayes_sg.models import LinearRegressionModel, LogisticModel, SoftmaxModel
-from skbayes_sg.models._centred import CentredScaling, CentredWhitenedModel
-from skbayes_sg.preconditioning import centred_factor, curvature_factor, resolve_preconditioner
+from skbayes_sg.models._centred import CentredScaling, CentredWhitenedModel, centred_factor
+from skbayes_sg.preconditioning import curvature_factor, resolve_preconditioner
 from skbayes_sg.samplers import MCCAdL
 
 from ._exact import Z_MAX, importance_summary, mcse_sd, t_proposal
