@@ -211,6 +211,8 @@ class CentredWhitenedModel(WhitenedModel):
     """
 
     def __init__(self, model, m, L):
+        # The base class converts L to an array; the factor takes that array's place, and every
+        # method that reads L is overridden here.
         super().__init__(model, m, np.empty(0))
         self.L = L
 
