@@ -11,8 +11,9 @@ import numpy as np
 
 from .minibatch import GradientSpec, MinibatchGradient, RowDistribution, gradient_kind
 from .models import WhitenedModel
+from .models._centred import CentredScaling, CentredWhitenedModel, centred_factor
 from .models._map import hessian_at
-from .preconditioning import curvature_factor, resolve_preconditioner
+from .preconditioning import curvature_factor, intercept_layout, resolve_preconditioner
 from .samplers._step_size import largest_noise_eigenvalue
 
 #: Rows of the probe that measures the gradient noise for the automatic step size: enough
@@ -34,8 +35,8 @@ class Geometry:
     ----------
     theta_map : ndarray of shape (P,) or None
         The MAP, when the fit needed it.
-    preconditioner : {"dense", "diag", "none"}
-    L : ndarray of shape (P, P) or (P,) or None
+    preconditioner : {"dense", "centred", "diag", "none"}
+    L : ndarray of shape (P, P) or (P,), CentredScaling, or None
         ``theta = theta_map + L z`` (None: the chains run in ``theta``).
     gradient : {"minibatch", "control_variate", "full"}
     row_probabilities : RowDistribution or None
@@ -64,6 +65,8 @@ class Geometry:
         """The model the chains run on: ``model`` itself, or whitened at the MAP."""
         if self.L is None:
             return model
+        if isinstance(self.L, CentredScaling):
+            return CentredWhitenedModel(model, self.theta_map, self.L)
         return WhitenedModel(model, self.theta_map, self.L)
 
     def gradient_spec(self, chain_model, batch_size, batch_scheme=None):
@@ -114,17 +117,24 @@ def build_geometry(
         The chains start at the MAP anyway (``init="map"``): keep it, the noise probe uses it.
     """
     kind = gradient_kind(gradient, batch_size, model.n_samples, auto_control_variate)
-    precond = resolved_preconditioner(sampler, model.n_params, auto_preconditioner)
+    precond = resolved_preconditioner(sampler, model.n_params, auto_preconditioner, intercept_layout(model) is not None)
     need_map = precond != "none" or kind == "control_variate" or start_at_map
     theta_map = map_estimate(model) if need_map else None
-    L = None if precond == "none" else curvature_factor(model, theta_map, precond, hessian_at)
+    if precond == "none":
+        L = None
+    elif precond == "centred":
+        L = centred_factor(model, theta_map)
+    else:
+        L = curvature_factor(model, theta_map, precond, hessian_at)
     probs = row_distribution(model, kind, theta_map, L, batch_scheme)
     return Geometry(theta_map, precond, L, kind, probs, batch_scheme)
 
 
-def resolved_preconditioner(sampler, n_params, auto_preconditioner=True):
-    """The coordinates ``sampler``'s chains run in, ``"dense"``, ``"diag"`` or ``"none"``: its
-    ``preconditioner``, ``"auto"`` resolved by ``P = n_params`` (``auto_preconditioner``: the
+def resolved_preconditioner(sampler, n_params, auto_preconditioner=True, centrable=False):
+    """The coordinates ``sampler``'s chains run in, ``"dense"``, ``"centred"``, ``"diag"`` or
+    ``"none"``: its ``preconditioner``, ``"auto"`` resolved by ``P = n_params`` and whether the
+    model has intercepts to centre (``centrable``, see
+    :func:`~skbayes_sg.preconditioning.resolve_preconditioner`; ``auto_preconditioner``: the
     estimator's; False keeps ``"auto"`` in ``theta``)."""
     requested = getattr(sampler, "preconditioner", "none")
     explicit_step = not (isinstance(getattr(sampler, "step_size", "auto"), str))
@@ -132,7 +142,7 @@ def resolved_preconditioner(sampler, n_params, auto_preconditioner=True):
         # An explicit step size is in the units of theta (a paper's setting, a tuned value):
         # "auto" then keeps the chains in theta, where that step means what it says.
         requested = "none"
-    return resolve_preconditioner(requested, n_params)
+    return resolve_preconditioner(requested, n_params, centrable)
 
 
 def row_distribution(model, kind, theta_map, L, batch_scheme):

@@ -143,3 +143,14 @@ def test_unpickled_sources_and_models_hold_aligned_arrays():
     misaligned.__setstate__(dict(misaligned.__dict__))
     assert misaligned.rows.X.flags.aligned
     np.testing.assert_array_equal(misaligned.log_likelihood_and_grad(theta)[1], g)
+
+
+def test_a_full_data_gather_of_sparse_rows_is_the_matrix_itself():
+    # A full-data gradient gathers slice(None): sparse X[:] would copy every entry per force.
+    X = sp.random(60, 7, density=0.3, format="csr", random_state=0)
+    y = np.arange(60) % 2
+    rows = as_row_source(X, y, sample_weight=np.linspace(0.5, 1.5, 60))
+    block = rows.gather(slice(None))
+    assert block.X is rows.X
+    np.testing.assert_array_equal(block.y, rows.gather(np.arange(60)).y)
+    np.testing.assert_array_equal(block.sample_weight, rows.gather(np.arange(60)).sample_weight)

@@ -286,6 +286,8 @@ def _build(model):
     base, m, L = model, None, None
     if hasattr(model, "to_theta") and hasattr(model, "model"):
         base, m, L = model.model, model.m, model.L
+        if not isinstance(L, np.ndarray):
+            return None  # a structured factor (CentredScaling): the chains' own O(P) products
     rows = getattr(base, "rows", None)
     family = getattr(base, "family", None)
     if family is None or not isinstance(rows, ArrayRows) or base.n_outputs != 1 or base._n_extra:

@@ -366,7 +366,7 @@ def fused_minibatch(model, theta_hat, g_hat, batch_size, row_scale=None):
     full-data gradient there, ``row_scale`` (N,) the rows' importance weights, if any.
     """
     base, L = getattr(model, "model", None), getattr(model, "L", None)
-    if base is None or L is None or L.ndim != 2 or not hasattr(model, "to_theta"):
+    if base is None or np.ndim(L) != 2 or not hasattr(model, "to_theta"):
         return None
     rows = getattr(base, "rows", None)
     if (

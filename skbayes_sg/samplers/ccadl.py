@@ -56,14 +56,17 @@ class CCAdL(ThermostatSampler):
         ``"diag"``, as the paper chose by size (full for P = 100, diagonal for the DRBMs).
     temperature : float, default=1.0
         ``T = 1 / beta``.
-    preconditioner : {"auto", "dense", "diag", "none"}, default="auto"
+    preconditioner : {"auto", "dense", "centred", "diag", "none"}, default="auto"
         Coordinates the scheme runs in. ``"dense"``: ``theta = theta_hat + L z`` with
         ``L L'`` the inverse Hessian of the negative log posterior at the MAP
-        ``theta_hat``; ``"diag"``: its diagonal; ``"none"``: ``theta`` itself. The scheme
+        ``theta_hat``; ``"diag"``: its diagonal; ``"centred"``: for a GLM with
+        intercepts, the diagonal after centring the predictors for the intercepts, with
+        a Lanczos correction of the few directions it leaves far from unit curvature, O(P)
+        to apply (the diagonal for other models); ``"none"``: ``theta`` itself. The scheme
         above is applied unchanged to ``z`` (equivalently, in ``theta`` with the constant
         mass matrix ``H``), where a near-Gaussian posterior is near ``N(0, I)``, so one
         step size fits every direction however the features are scaled.
-        ``"auto"``: dense up to 1,000 parameters, diagonal beyond (see
+        ``"auto"``: dense up to 1,000 parameters, centred beyond (see
         :mod:`skbayes_sg.preconditioning`) with ``step_size="auto"``; ``"none"`` with an
         explicit ``step_size``, which is in the units of ``theta``. Used by the
         estimators, which find the MAP.

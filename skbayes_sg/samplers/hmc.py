@@ -169,7 +169,7 @@ class HMC(BaseSampler):
         under the leapfrog (in whitened units).
     jitter : float, default=0.25
         Relative spread of the trajectory length, in [0, 1).
-    preconditioner : {"auto", "dense", "diag", "none"}, default="auto"
+    preconditioner : {"auto", "dense", "centred", "diag", "none"}, default="auto"
         As for :class:`MCCAdL`: ``"auto"`` whitens at the MAP (dense up to 1,000 parameters)
         with ``step_size="auto"`` and runs in ``theta`` with an explicit step.
     integrator : {"auto", "split", "leapfrog"}, default="auto"

@@ -59,6 +59,8 @@ class RowStateMixin:
 
     def _row_weights_of(self, L, X):
         D = self.n_features
+        if not isinstance(L, np.ndarray):  # a structured factor (CentredScaling): its own formula
+            return L.row_weights(X)
         if L.ndim == 1:
             # Diagonal L: ||L' x~_i||^2 = sum_j L_j^2 x~_ij^2.
             X2 = X.multiply(X) if sp.issparse(X) else X * X
@@ -77,7 +79,7 @@ class RowStateMixin:
         weights over the outputs.
         """
 
-        if self.n_outputs == 1 and self._cache_row_norms and L.dtype == float:
+        if self.n_outputs == 1 and self._cache_row_norms and (not isinstance(L, np.ndarray) or L.dtype == float):
             # q_i = ||L' x~_i||^2 is the chains' row weights too (whitened_row_weights, the
             # same L): computed once for both, an O(N D P) pass saved, and in the same pass
             # over X as the curvature weights when it is not cached yet (each block's values
