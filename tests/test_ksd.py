@@ -300,3 +300,41 @@ def test_partial_fit_reports_the_ksd_of_each_call_on_its_own_budget():
             m = _stein.n_ksd_draws(stored, this_call, part[-1] + 1)
             # ceil(m / n_chains) draws of every chain
             assert est._stein["x"].shape[0] == _stein.thinned_index(est.n_chains, stored // est.n_chains, m).size
+
+
+@pytest.mark.parametrize("sampler", ["hmc", "mccadl"])
+def test_the_ksd_scored_beside_the_summary_is_the_one_scored_after(sampler, monkeypatch):
+    # With a second core (n_jobs=2) the KSD of each block's draws is computed in a thread while
+    # the summary decides whether to stop; with n_jobs=1 it is scored after. The chains' draws
+    # do not depend on n_jobs, so neither may the KSD nor its bias test, bit for bit; the
+    # thread's result must be the one used, and a block the run goes on from must not lend
+    # its draws' KSD to the next (mCCAdL on 100 rows: several blocks).
+    from skbayes_sg._fit import _ksd
+
+    used = []
+    result = _ksd.SpeculativeKSD.result
+
+    def record(self, thetas, n_grad):
+        out = result(self, thetas, n_grad)
+        used.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_ksd.SpeculativeKSD, "result", record)
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)[:100]
+    y = y[:100]
+    fits = {}
+    for n_jobs in (1, 2):
+        batch = None if sampler == "hmc" else 20
+        est = SGBayesLogisticRegression(sampler=sampler, random_state=3, n_jobs=n_jobs, batch_size=batch)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fits[n_jobs] = est.fit(X, y)
+    one, two = fits[1], fits[2]
+    np.testing.assert_array_equal(one.samples_, two.samples_)
+    assert used == [True]
+    if sampler == "mccadl":
+        assert len(two.diagnostics_["n_iter_blocks"]) > 1
+        assert two.diagnostics_["ksd_pvalue"] == one.diagnostics_["ksd_pvalue"]
+    assert two.diagnostics_["ksd"] == one.diagnostics_["ksd"]
+    np.testing.assert_array_equal(two._stein["s"], one._stein["s"])

@@ -28,6 +28,15 @@ def fit_chains(est, sampler, X, y, model, batch_size, streaming):
         runs = run_blocks(est, sampler, plan, first, burn_in, max_draws)
     except DivergenceError as exc:
         raise explain_divergence(exc, est) from None
+    try:
+        return _finish(est, sampler, X, y, model, runs, plan, max_draws, resume, streaming)
+    finally:
+        if runs.ksd is not None:  # no thread outlives the fit (a later fit may fork workers)
+            runs.ksd.join()
+
+
+def _finish(est, sampler, X, y, model, runs, plan, max_draws, resume, streaming):
+    """Set ``est``'s fitted attributes from ``runs`` (see :func:`fit_chains`)."""
     # What the step-size rule measured (lambda_max, the noise eigenvalue, the predicted noise
     # error), as the sampler resolved it.
     context = plan.context
@@ -48,7 +57,8 @@ def fit_chains(est, sampler, X, y, model, batch_size, streaming):
     # stream or a continued fit (each call pays a bounded share).
     this_call = sum(r.n_grad_evals for r in runs.results)
     n_grad = this_call if interrupted is None else None
-    score_draws(est, plan.chain_model, plan.geometry, n_grad, bias_test=not sampler.requires_full_data)
+    bias_test = not sampler.requires_full_data
+    score_draws(est, plan.chain_model, plan.geometry, n_grad, bias_test=bias_test, speculative=runs.ksd)
     warn_fit(est, sampler, X)
     if interrupted is not None:
         warn_interrupted(est, interrupted)

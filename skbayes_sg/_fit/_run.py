@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import _run_length
 from .._chains import ChainSpec, advance_chains, start_chains, worker_pool
+from ._ksd import SpeculativeKSD
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Runs:
     eff_thin: int
     states: object
     progress: object
+    ksd: object = None
 
     @property
     def n_run(self):
@@ -66,12 +68,14 @@ def run_blocks(est, sampler, plan, first, burn_in, max_draws):
     # A continued chain's grid may be coarser than the first block's (max_draws over the
     # whole record); the blocks count from the continuation's start.
     blocks = [_run_length.Schedule(first.n_iter, first.n_burn, runners[0].eff_thin) if progress else first]
-    summary = None
+    summary = speculative = None
     try:
         # One pool of workers for all the blocks, started when a block is long enough.
         with worker_pool(chain_model, est.n_jobs, len(runners)) as pool:
             runners = advance_chains(runners, chain_model, est.n_jobs, est.verbose, pool=pool)
             while est.n_iter == "auto":
+                # The KSD of these draws, in a thread while the summary decides (if it stops).
+                speculative = SpeculativeKSD.start(est, plan, runners, not sampler.requires_full_data)
                 summary = est._run_length_summary(np.stack([r.kept_draws() for r in runners]))
                 nxt = _run_length.next_schedule(
                     blocks[-1],
@@ -84,6 +88,9 @@ def run_blocks(est, sampler, plan, first, burn_in, max_draws):
                 )
                 if nxt is None:
                     break
+                if speculative is not None:  # the run goes on: its KSD will score other draws
+                    speculative.join()
+                    speculative = None
                 blocks.append(nxt)
                 n_burn = nxt.n_burn if progress is None else runners[0].n_burn
                 runners = advance_chains(
@@ -94,13 +101,24 @@ def run_blocks(est, sampler, plan, first, burn_in, max_draws):
                     pool=pool,
                 )
     except KeyboardInterrupt as exc:
+        if speculative is not None:
+            speculative.join()
         # ChainsInterrupted carries the chains as the last round left them; an interrupt
         # between rounds (the diagnostics of n_iter="auto") finds them in `runners`.
         return _interrupted(exc, getattr(exc, "runners", runners), blocks, t0)
     summary = summary if est._run_length_on_parameters else None
     states, progress = [r.state for r in runners], [r.progress() for r in runners]
     return Runs(
-        [r.result() for r in runners], summary, blocks, None, t0, runners[0].t, runners[0].eff_thin, states, progress
+        [r.result() for r in runners],
+        summary,
+        blocks,
+        None,
+        t0,
+        runners[0].t,
+        runners[0].eff_thin,
+        states,
+        progress,
+        speculative,
     )
 
 
