@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _stein
 from .._geometry import Geometry
-from ..rows import pass_threads
+from ..rows import block_threads, pass_threads
 
 
 def score_draws(est, chain_model, geometry, n_grad, bias_test=True, speculative=None):
@@ -113,7 +113,10 @@ class SpeculativeKSD:
 
     def _compute(self, chain_model, geometry, n_chains, bias_test):
         try:
-            stein = _statistics(chain_model, geometry, self.thetas, n_chains, self.n_grad)
+            # Its passes in this thread alone: the thread is the fit's second core already
+            # (the pass threads would take the summary's; same results either way).
+            with block_threads(1):
+                stein = _statistics(chain_model, geometry, self.thetas, n_chains, self.n_grad)
             ksd = None if bias_test else _stein.fit_ksd(stein["x"], stein["s"], None, n_chains)
             self._result = (stein, ksd)
         except Exception:  # the fit computes it again, and raises there if it must
