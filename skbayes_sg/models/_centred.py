@@ -26,7 +26,7 @@ import numpy as np
 from scipy.linalg import eigh
 
 from ..preconditioning import OUTLIER_RANK, OUTLIER_RATIO, floored_curvatures, intercept_layout
-from ._gradients import TransformedPerExampleGradients, row_cache_closure
+from ._gradients import TransformedPerExampleGradients
 from ._whitened import WhitenedModel
 
 
@@ -177,21 +177,8 @@ class CentredPerExampleGradients(TransformedPerExampleGradients):
             ss += 2.0 * np.einsum("pr,pr,r->p", V, BtY, c) + np.einsum("pr,ps,rs->p", V * c, V * c, Y.T @ Y)
         return ss
 
-    def total_sum_of_squares(self):
-        """``sum_i ||L' g_i||^2``: ``sum_i q_i r_i^2`` with the row weights of a one-output GLM
-        (O(n)), else the sum of :meth:`sum_of_squares`."""
-        inner, q = self.inner, self._row_weights
-        if q is not None and getattr(inner, "_r", None) is not None and inner.extra is None:
-            if isinstance(q, str):  # "rows": recomputed from this minibatch's rows
-                q = self.L.row_weights(inner.X)
-            elif callable(q):
-                q = q()
-            r = inner._r
-            return float(q @ (r * r))
-        return float(self.sum_of_squares().sum())
-
-    def scale_rows(self, c):
-        return CentredPerExampleGradients(self.inner.scale_rows(c), self.L, self._row_weights)
+    def _minibatch_row_weights(self, inner):
+        return self.L.row_weights(inner.X)
 
     def gram_dims(self):
         return None  # no explicit Gram matrix: the products through the rows are O(n D + P)
@@ -209,6 +196,8 @@ class CentredWhitenedModel(WhitenedModel):
     :class:`WhitenedModel` with its products by ``L``, ``L'`` and ``L^-1`` the factor's O(P)
     ones; per-example gradients are :class:`CentredPerExampleGradients`.
     """
+
+    _per_example_type = CentredPerExampleGradients
 
     def __init__(self, model, m, L):
         # The base class converts L to an array; the factor takes that array's place, and every
@@ -233,20 +222,6 @@ class CentredWhitenedModel(WhitenedModel):
 
     def _congruent(self, H):
         return self.L.congruent(H)
-
-    def _weights(self, idx):
-        fn = getattr(self.model, "whitened_row_weights", None)
-        if fn is None:
-            return None
-        return row_cache_closure(lambda: fn(self.L, idx), getattr(self.model, "_cache_row_norms", False))
-
-    def per_example_gradients(self, z, idx):
-        inner = self.model.per_example_gradients(self._theta(z, "z"), idx)
-        return CentredPerExampleGradients(inner, self.L, self._weights(idx))
-
-    def per_example_gradient_differences(self, z, z_hat, idx):
-        inner = self.model.per_example_gradient_differences(self._theta(z, "z"), self._theta(z_hat, "centre"), idx)
-        return CentredPerExampleGradients(inner, self.L, self._weights(idx))
 
 
 def centred_factor(model, theta_hat):

@@ -468,21 +468,25 @@ class TransformedPerExampleGradients(PerExampleGradients):
         and a one-output GLM with cached row weights ``q_i = x~_i' L L' x~_i``:
         ``sum_i q_i r_i^2``, O(n). Otherwise the explicit ``G L``, O(n P^2).
         """
-        if self.L.ndim == 1:
+        if np.ndim(self.L) == 1:
             return float(self.inner.sum_of_squares() @ (self.L * self.L))
         inner = self.inner
         q = self._row_weights
         if q is not None and getattr(inner, "_r", None) is not None and inner.extra is None:
             if isinstance(q, str):  # "rows": the closure's formula, on this minibatch's rows
-                q = whitened_row_weights(self.L, inner.X, inner.fit_intercept)
+                q = self._minibatch_row_weights(inner)
             elif callable(q):
                 q = q()
             r = inner._r
             return float(q @ (r * r))
         return float(self.sum_of_squares().sum())
 
+    def _minibatch_row_weights(self, inner):
+        """The row weights ``||L' x~_i||^2`` of the rows of ``inner`` (a one-output GLM's)."""
+        return whitened_row_weights(self.L, inner.X, inner.fit_intercept)
+
     def scale_rows(self, c):
-        return TransformedPerExampleGradients(self.inner.scale_rows(c), self.L, self._row_weights)
+        return type(self)(self.inner.scale_rows(c), self.L, self._row_weights)
 
     def __getstate__(self):
         state = self.__dict__.copy()

@@ -87,9 +87,12 @@ class WhitenedModel(Model):
         return self.L * v if self.L.ndim == 1 else self.L @ v
 
     # -- gradients ----------------------------------------------------------------------
+    #: The per-example gradients in these coordinates (``L'`` applied to each row's).
+    _per_example_type = TransformedPerExampleGradients
+
     def _weights(self, idx):
-        """Row weights of :class:`TransformedPerExampleGradients` for dense ``L``, or None."""
-        if self.L.ndim == 1:
+        """Row weights of the per-example gradients for a non-diagonal ``L``, or None."""
+        if np.ndim(self.L) == 1:
             return None
         fn = getattr(self.model, "whitened_row_weights", None)
         if fn is None:
@@ -98,12 +101,12 @@ class WhitenedModel(Model):
 
     def per_example_gradients(self, z, idx):
         inner = self.model.per_example_gradients(self._theta(z, "z"), idx)
-        return TransformedPerExampleGradients(inner, self.L, self._weights(idx))
+        return self._per_example_type(inner, self.L, self._weights(idx))
 
     def per_example_gradient_differences(self, z, z_hat, idx):
         # The centre gets its own slot: it never moves, so it is mapped once per chain.
         inner = self.model.per_example_gradient_differences(self._theta(z, "z"), self._theta(z_hat, "centre"), idx)
-        return TransformedPerExampleGradients(inner, self.L, self._weights(idx))
+        return self._per_example_type(inner, self.L, self._weights(idx))
 
     def log_likelihood_and_grad(self, z, idx=None):
         ll, g = self.model.log_likelihood_and_grad(self.to_theta(z), idx)
