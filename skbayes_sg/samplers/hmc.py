@@ -122,7 +122,11 @@ class HMC(BaseSampler):
     Algorithm 1 prints the exponent with the opposite sign). The proposal's momentum is
     negated (Neal 2011, Section 5.3.2.1) to make it an involution; the momentum is then
     discarded, so the negation changes nothing that is kept. Every trajectory's end point
-    comes with its log posterior from the same pass over the rows as its force.
+    comes with its log posterior from the call that computes its force. For a logistic
+    regression held in memory the force is computed in single precision and the log
+    posterior in double: the integrator is volume-preserving and reversible for any force
+    that is a fixed function of the point, and the Metropolis test, on the double-precision
+    ``H``, keeps the chains exact (``models/_fused.py``).
 
     Run in the coordinates whitened at the MAP (``preconditioner="auto"``), where a
     near-Gaussian posterior is near ``N(0, I)`` and Hamilton's flow is near a rotation of
