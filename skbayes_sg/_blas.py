@@ -36,10 +36,7 @@ class _LibraryController(ThreadpoolController):
     def _find_libraries_with_linux(self):
         self._find_libraries_with_dl_iterate_phdr()
         if not self.lib_controllers:  # a loader without dl_iterate_phdr: the mapped files
-            with open("/proc/self/maps", "rb") as f:
-                maps = f.read()
-            for filepath in set(self._PATH_RE.findall(maps)):
-                self._make_controller_from_path(filepath.decode("utf-8"))
+            super()._find_libraries_with_linux()
 
     def _make_controller_from_path(self, filepath):
         if not _EXTENSION_MODULE.search(filepath):

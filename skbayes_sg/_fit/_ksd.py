@@ -83,33 +83,35 @@ class SpeculativeKSD:
     Parameters
     ----------
     chain_model, geometry : the plan's chain model and geometry
-    runners : list of ChainRunner
-        The chains after the block.
+    draws : ndarray of shape (n_chains, n_draws, P)
+        The chains' kept draws after the block.
+    n_grad : int
+        The chains' gradient work so far (the KSD's budget).
     bias_test : bool
         Whether the fit's KSD has a bias test (then only the scores are computed ahead).
     """
 
-    def __init__(self, chain_model, geometry, runners, bias_test):
-        draws = np.stack([r.kept_draws() for r in runners])
+    def __init__(self, chain_model, geometry, draws, n_grad, bias_test):
         self.thetas = draws.reshape(-1, draws.shape[-1])
-        self.n_grad = sum(r.grad_estimator.n_grad_evals for r in runners)
+        self.n_grad = n_grad
         self._result = None
         # In a copy of the fit's context (its NumPy errstate, its pass threads).
         context = contextvars.copy_context()
-        args = (chain_model, geometry, len(runners), bias_test)
+        args = (chain_model, geometry, draws.shape[0], bias_test)
         self._thread = threading.Thread(target=context.run, args=(self._compute, *args), daemon=True)
         self._thread.start()
 
     @classmethod
-    def start(cls, est, plan, runners, bias_test):
-        """A :class:`SpeculativeKSD` of ``runners``' draws, or None where the fit's KSD would
-        not score them as they are: no KSD at fit, a continued record, draws reported in other
-        units (``_user_affine``), or a fit allowed one core."""
+    def start(cls, est, plan, runners, draws, bias_test):
+        """A :class:`SpeculativeKSD` of ``draws``, the kept draws of ``runners``, or None where the
+        fit's KSD would not score them as they are: no KSD at fit, a continued record, draws
+        reported in other units (``_user_affine``), or a fit allowed one core."""
         if not est._ksd_at_fit or plan.progress is not None or est._user_affine() is not None:
             return None
         if pass_threads(est.n_jobs) < 2:
             return None
-        return cls(plan.chain_model, plan.geometry, runners, bias_test)
+        n_grad = sum(r.grad_estimator.n_grad_evals for r in runners)
+        return cls(plan.chain_model, plan.geometry, draws, n_grad, bias_test)
 
     def _compute(self, chain_model, geometry, n_chains, bias_test):
         try:

@@ -74,9 +74,10 @@ def run_blocks(est, sampler, plan, first, burn_in, max_draws):
         with worker_pool(chain_model, est.n_jobs, len(runners)) as pool:
             runners = advance_chains(runners, chain_model, est.n_jobs, est.verbose, pool=pool)
             while est.n_iter == "auto":
+                draws = np.stack([r.kept_draws() for r in runners])
                 # The KSD of these draws, in a thread while the summary decides (if it stops).
-                speculative = SpeculativeKSD.start(est, plan, runners, not sampler.requires_full_data)
-                summary = est._run_length_summary(np.stack([r.kept_draws() for r in runners]))
+                speculative = SpeculativeKSD.start(est, plan, runners, draws, not sampler.requires_full_data)
+                summary = est._run_length_summary(draws)
                 nxt = _run_length.next_schedule(
                     blocks[-1],
                     summary,

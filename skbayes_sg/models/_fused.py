@@ -160,7 +160,9 @@ class FusedForce:
         does not depend on the stack's height.
         """
         if self._logistic:
-            log_lik = self._half_logistic().log_likelihood(Z)
+            half = self._half_logistic()
+            log_lik = half.log_likelihood(Z)
+            half.force(Z, out)
         else:
             buf, eta = self._trajectory_predictors(Z)
             # No extra parameters (fused_force refuses them): one empty vector serves every row.
@@ -169,17 +171,13 @@ class FusedForce:
             if self.w is not None:
                 terms = terms * self.w
             log_lik = terms.sum(axis=1)
+            self._trajectory_products(Z, out, buf)
         # Row by row (a reduction along each contiguous row, a stacked matmul, a per-row
         # einsum), so that a chain's value does not depend on the stack's height.
         Qz = np.matmul(self.Q, Z[:, :, None])[:, :, 0] if self.Q.ndim == 2 else self.Q * Z
         Qz *= -0.5
         Qz += self.b
-        log_p = log_lik + np.einsum("ij,ij->i", Z, Qz)
-        if self._logistic:
-            self._half.force(Z, out)
-        else:
-            self._trajectory_products(Z, out, buf)
-        return log_p
+        return log_lik + np.einsum("ij,ij->i", Z, Qz)
 
 
 class _HalfLogistic:

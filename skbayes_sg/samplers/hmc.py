@@ -379,22 +379,22 @@ class HMC(BaseSampler):
         Weyl sequence), and :data:`SCHEDULE_BLOCK` iterations' are laid out at once, the same
         numbers elementwise as one iteration's (a dozen array operations an iteration saved).
         """
-        if chains.adapting:
-            n_leap, step = self._n_leapfrog(chains.eps, t, split)
-            e_all = np.array([[e if j < n else 0.0 for n, e in zip(n_leap, step)] for j in range(max(n_leap))])
-            e_all = e_all[:, :, None]
-            return n_leap, e_all, 0.5 * e_all, None
         block = getattr(chains, "_hmc_schedule", None)
-        if block is None or not 0 <= t - block[0] < SCHEDULE_BLOCK:
+        if chains.adapting:  # the steps move every iteration: this one's alone, not kept
+            block = self._schedule_block(chains.eps, t, split, 1)
+        elif block is None or not 0 <= t - block[0] < SCHEDULE_BLOCK:
             block = chains._hmc_schedule = self._schedule_block(chains.eps, t, split)
         t0, n, n_max, e_all, half_all, turn, kick = block
         i, m = t - t0, n_max[t - t0]
         return n[i], e_all[i, :m], half_all[i, :m], None if turn is None else (turn[i, :m], kick[i, :m])
 
-    def _schedule_block(self, eps, t0, split):
-        """:meth:`_schedule` of iterations ``t0 .. t0 + SCHEDULE_BLOCK - 1`` at the frozen steps
-        ``eps``, as arrays over the iterations (the formulas of :meth:`_n_leapfrog`)."""
-        t = np.arange(t0, t0 + SCHEDULE_BLOCK)
+    def _schedule_block(self, eps, t0, split, size=SCHEDULE_BLOCK):
+        """:meth:`_schedule` of iterations ``t0 .. t0 + size - 1`` at the steps ``eps`` (C,), as
+        arrays over the iterations: iteration ``t``'s trajectory length is jittered by the Weyl
+        sequence ``frac((t + 1) phi)``, each chain takes ``ceil(length / eps)`` steps (at least 1,
+        at most :data:`MAX_LEAPFROG`) of ``eps`` (leapfrog) or of the length over their number
+        (split: the rotation's total angle is the jittered length, however large ``eps``)."""
+        t = np.arange(t0, t0 + size)
         u = np.fmod((t + 1) * _PHI, 1.0)
         length = self._length(split) * (1.0 + self.jitter * (2.0 * u - 1.0))
         n = np.ceil(length[:, None] / eps)
@@ -409,17 +409,6 @@ class HMC(BaseSampler):
         if split:
             turn, kick = _rotations(e_all, half_all)
         return t0, n.tolist(), n_max.tolist(), e_all, half_all, turn, kick
-
-    def _n_leapfrog(self, eps, t, split=False):
-        """Steps of iteration ``t`` for each chain's step ``eps`` (C,), and the steps taken:
-        ``eps`` itself (leapfrog), or the trajectory's length over the number of steps
-        (split: the rotation's total angle is the jittered length, however large ``eps``);
-        both lists of C (plain numbers: for a few chains cheaper than arrays)."""
-        u = math.fmod((t + 1) * _PHI, 1.0)
-        length = self._length(split) * (1.0 + self.jitter * (2.0 * u - 1.0))
-        eps = eps.tolist()
-        n = [min(max(math.ceil(length / e), 1), MAX_LEAPFROG) for e in eps]
-        return n, ([length / k for k in n] if split else eps)
 
     def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap, split=False):
         # Chain by chain in plain floats: the scalar formulas a chain alone uses (numpy's exp
