@@ -182,11 +182,37 @@ class ForkedWorkers:
                         raise _worker_died() from None
         return results
 
+    #: Seconds :meth:`__exit__` waits for the pool to stop before it kills the workers and goes on.
+    STOP_SECONDS = 10.0
+
     def __exit__(self, *exc_info):
         pool, self._pool = self._pool, None
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            _stop(pool, self.STOP_SECONDS)
+
+
+def _stop(pool, seconds):
+    """``pool.terminate(); pool.join()``, waited for at most ``seconds``, then the workers killed.
+
+    ``Pool.terminate`` can block for ever when a worker stops while it holds the task queue's
+    lock (once in this suite, under load, after a task had raised): a fit must raise its
+    error, not hang. The stop runs in a daemon thread; if it has not finished in time, the
+    workers get SIGKILL and the fit goes on (the thread, still blocked, ends with the process).
+    """
+    workers = list(getattr(pool, "_pool", ()))
+
+    def stop():
+        pool.terminate()
+        pool.join()
+
+    thread = threading.Thread(target=stop, name="skbayes_sg-pool-stop", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()
+        thread.join(1.0)
 
 
 def _worker_died():

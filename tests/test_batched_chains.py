@@ -2,6 +2,7 @@
 full-data force: the same draws as each chain run alone, whatever the grouping (n_jobs)."""
 
 import multiprocessing
+import threading
 
 import numpy as np
 import pytest
@@ -434,6 +435,44 @@ def test_forked_workers_run_tasks_in_order_raise_their_errors_and_start_no_other
         assert all(child._popen.method == "fork" for child in children)
         assert workers(delayed(abs)(-3) for _ in range(1)) == [3]  # still running after an error
     assert not set(multiprocessing.active_children()) - before
+
+
+@needs_fork
+def test_a_pool_that_will_not_stop_is_killed_and_the_fit_goes_on(monkeypatch):
+    # Pool.terminate once blocked for ever in this suite: its _help_stuff_finish waits for the
+    # task queue's lock, which a worker that stopped while holding it never gives back. The
+    # forked pool waits for the stop at most STOP_SECONDS, then kills its workers and goes on.
+    import multiprocessing.pool
+    import time
+
+    from joblib import delayed
+
+    release = threading.Event()
+    stuck = threading.Event()
+
+    def held_lock(inqueue, task_handler, size):
+        stuck.set()
+        release.wait()
+
+    monkeypatch.setattr(multiprocessing.pool.Pool, "_help_stuff_finish", staticmethod(held_lock))
+    monkeypatch.setattr(_pools.ForkedWorkers, "STOP_SECONDS", 0.3)
+    before = set(multiprocessing.active_children())
+    with _pools.ForkedWorkers(2) as workers:
+        assert workers(delayed(abs)(-i) for i in range(2)) == [0, 1]
+        children = set(multiprocessing.active_children()) - before
+        # Leaving the block stops the pool: in a thread of the test's, so that a stop that
+        # blocks fails the test instead of hanging the suite.
+        leave = threading.Thread(target=workers.__exit__, args=(None, None, None), daemon=True)
+        start = time.monotonic()
+        leave.start()
+        leave.join(5.0)
+        elapsed = time.monotonic() - start
+        release.set()
+        assert not leave.is_alive() and elapsed < 3.0
+    assert stuck.is_set() and len(children) == 2
+    for child in children:  # none left running (stopped by the pool's sentinel, or killed)
+        child.join(5.0)
+        assert child.exitcode is not None
 
 
 @pytest.mark.parametrize("forks", [True, False], ids=["forked", "loky"])
