@@ -105,7 +105,8 @@ def _one(label, params, seed, scale="unit", save=None):
     """Fit one configuration (in this process) and return its row.
 
     ``params`` are the estimator's, but for ``"step_scale"``, which replaces the DRBM's
-    :data:`~skbayes_sg.drbm.AUTO_STEP_SCALE` (the multiplier of mCCAdL's auto step). With
+    :data:`~skbayes_sg.drbm.AUTO_STEP_SCALE` (the multiplier of mCCAdL's auto step), and a
+    ``"sampler"`` given as a dict, the parameters of an ``MCCAdL``. With
     ``save`` (a ``.npz`` path) the posterior predictive on the test rows is kept for
     ``drbm_digits_step_bias.py``: each chain's mean over the first and second half of its
     draws (``halves``, shape (chains, 2, rows, classes)) and the per-draw test log loss."""
@@ -137,6 +138,11 @@ def _one(label, params, seed, scale="unit", save=None):
             from skbayes_sg import drbm
 
             drbm.AUTO_STEP_SCALE = params.pop("step_scale")
+        if isinstance(params.get("sampler"), dict):
+            # mCCAdL's own parameters, e.g. {"sampler": {"friction": 0.1}} (JSON has no objects).
+            from skbayes_sg.samplers import MCCAdL
+
+            params["sampler"] = MCCAdL(**params["sampler"])
         clf = SGBayesDRBMClassifier(random_state=seed, **params)
         caught, proba = _fit_and_predict(clf, Xtr, ytr, Xte, row)
         d = clf.diagnostics_
