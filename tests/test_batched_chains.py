@@ -203,13 +203,25 @@ def test_forked_workers_inherit_the_chains_per_row_arrays(cancer, monkeypatch, f
 
 def test_a_short_fit_stays_in_this_process(cancer, monkeypatch):
     # Starting worker processes costs more than a small data set's chains: they run here.
+    # The decision is made from the measured speed of the first round (its chains take about
+    # 0.05 s on a quiet machine); on a machine loaded enough to make them six times slower,
+    # sharing them could pay, so the test judges only the rounds measured below that.
     X, y = cancer
     rounds = []
     go = chains._go_parallel
-    monkeypatch.setattr(chains, "_go_parallel", lambda *a: rounds.append(go(*a)) or rounds[-1])
+
+    def recorded(n_jobs, workers, seconds_left, pool):
+        rounds.append((seconds_left, go(n_jobs, workers, seconds_left, pool)))
+        return rounds[-1][1]
+
+    monkeypatch.setattr(chains, "_go_parallel", recorded)
     monkeypatch.setattr(chains, "_POOLS_STARTED", set())
     SGBayesLogisticRegression(n_iter=600, n_jobs=2, random_state=0).fit(X, y)
-    assert rounds and not any(rounds)
+    assert rounds
+    judged = [parallel for seconds_left, parallel in rounds if seconds_left < 0.2]
+    if not judged:
+        pytest.skip(f"the machine is too loaded to judge (chains measured at {rounds[0][0]:.2f} s)")
+    assert not any(judged)
 
 
 def test_a_diverging_batched_chain_names_its_iteration(cancer):
