@@ -25,8 +25,8 @@ CURVATURE_LBFGS_ITER = 30
 
 #: Ceiling of ``n_iter="auto"`` for the DRBM, iterations per chain: the default fit on digits
 #: (1,257 x 64, 10 classes) stays well under a minute of wall time even when it reaches it
-#: (the whole fit, 7,980 iterations of the four chains on two forked worker processes, took
-#: 14 s of wall time on a quiet 2-core AMD EPYC virtual machine, so about 18 s at the ceiling;
+#: (the whole fit, 6,826 iterations of the four chains on two forked worker processes, took
+#: 11 s of wall time on a quiet 2-core AMD EPYC virtual machine, so about 17 s at the ceiling;
 #: ``benchmarks/drbm_vs_mlp.py``, ``benchmarks/results/drbm_vs_mlp.jsonl``).
 AUTO_MAX_ITER = 10000
 #: Multiplier of the sampler's constant ``c`` in the curvature part of ``step_size="auto"``
@@ -109,7 +109,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         ``H``, the number of hidden units. The papers use 100 on letter; 50 costs half as
         much per iteration and on digits, at the same run length, loses 0.4 points of test
         accuracy (97.8% against 98.1%; test log loss 0.159 against 0.139), so that the
-        default fit converges there in well under a minute of wall time (14 s on a quiet
+        default fit converges there in well under a minute of wall time (11 s on a quiet
         2-core AMD EPYC virtual machine, see :data:`AUTO_MAX_ITER`).
     init_scale : float, default=0.1
         Standard deviation of the random starting weights ``W`` and ``U`` (biases start
@@ -129,8 +129,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         100 per chain and their largest R-hat below :data:`RHAT_MAX_ROWS`, see Notes), at most
         :data:`AUTO_MAX_ITER` (10,000) iterations per chain: a ceiling set so that the
         default fit of a data set the size of digits (1,257 x 64, 10 classes) takes under a
-        minute of wall time even when it reaches it (it converges there in about 8,000, in
-        14 s on a quiet 2-core AMD EPYC virtual machine); where
+        minute of wall time even when it reaches it (it converges there in about 6,800, in
+        11 s on a quiet 2-core AMD EPYC virtual machine); where
         the predictive needs longer, ``fit`` warns and an explicit, larger ``n_iter`` runs
         on. The weights' own R-hat is not used: hidden
         units can swap, so it need not fall below 1.01 even when the predictive has
@@ -243,8 +243,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     predictive's slowest direction mixes in a number of iterations about inversely
     proportional to ``h``, and on digits the rule's own step would need about 15,000
     iterations per chain to converge where three times it needs about 5,500 (``"auto"``
-    stops after its block of 8,000: 14 s of wall time for the whole fit on a quiet 2-core
-    AMD EPYC virtual machine). The price is a discretisation
+    stops at about 6,800, where its prediction from the block of 4,000 lands: 11 s of wall
+    time for the whole fit on a quiet 2-core AMD EPYC virtual machine). The price is a discretisation
     bias, measured against a step four to six times smaller run long
     (``benchmarks/drbm_digits_step_bias.py``): on digits the
     posterior predictive's test log loss differs by 0.0002 to 0.0011 from a step four
