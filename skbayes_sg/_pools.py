@@ -209,10 +209,10 @@ def _stop(pool, seconds):
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
+        # Killing the workers frees no lock they held, so the thread is not waited for again.
         for worker in workers:
             if worker.is_alive():
                 worker.kill()
-        thread.join(1.0)
 
 
 def _worker_died():
