@@ -130,6 +130,9 @@ class BaseSGBayes(BaseEstimator):
     #: (``diagnostics_["ksd"]``): not where the posterior is multimodal by construction
     #: (the DRBM's hidden-unit permutations), whose chains never visit every mode.
     _ksd_at_fit = True
+    #: ``coordinates(model)``: the model's own coordinates for the chains when no preconditioner
+    #: applies (:attr:`~._geometry.Geometry.coordinates`; the DRBM's shear), or None.
+    _chain_coordinates = None
 
     _parameter_constraints = {
         "sampler": [str, HasMethods(["init_state", "step"])],

@@ -45,6 +45,10 @@ class Geometry:
         :func:`row_distribution`).
     batch_scheme : str
         The minibatch scheme the probabilities were decided for.
+    coordinates : object or None
+        Without a preconditioner, the model's own change of coordinates for the chains, an
+        object whose ``chain_model(model)`` is the model in them (the DRBM's
+        :class:`~.models.DRBMShear`); None: ``theta``.
     """
 
     theta_map: np.ndarray
@@ -53,18 +57,21 @@ class Geometry:
     gradient: str
     row_probabilities: np.ndarray = None
     batch_scheme: str = "replacement"
+    coordinates: object = None
 
     def for_data(self, model):
         """The same coordinates and centre for a grown data set (``partial_fit``): the MAP and
         ``L`` of the first fit stay valid (any fixed ones are), the row probabilities are
         recomputed for the new rows."""
         probs = row_distribution(model, self.gradient, self.theta_map, self.L, self.batch_scheme)
-        return Geometry(self.theta_map, self.preconditioner, self.L, self.gradient, probs, self.batch_scheme)
+        return Geometry(
+            self.theta_map, self.preconditioner, self.L, self.gradient, probs, self.batch_scheme, self.coordinates
+        )
 
     def chain_model(self, model):
-        """The model the chains run on: ``model`` itself, or whitened at the MAP."""
+        """The model the chains run on: ``model`` itself, in its own coordinates, or whitened at the MAP."""
         if self.L is None:
-            return model
+            return model if self.coordinates is None else self.coordinates.chain_model(model)
         if isinstance(self.L, CentredScaling):
             return CentredWhitenedModel(model, self.theta_map, self.L)
         return WhitenedModel(model, self.theta_map, self.L)
@@ -97,6 +104,7 @@ def build_geometry(
     auto_control_variate=True,
     batch_scheme="replacement",
     start_at_map=False,
+    coordinates=None,
 ):
     """Decide the fit's :class:`Geometry`.
 
@@ -115,6 +123,9 @@ def build_geometry(
     batch_scheme : str
     start_at_map : bool
         The chains start at the MAP anyway (``init="map"``): keep it, the noise probe uses it.
+    coordinates : callable, optional
+        ``coordinates(model)``: the model's own coordinates for its chains when no
+        preconditioner applies (:attr:`Geometry.coordinates`), or None.
     """
     kind = gradient_kind(gradient, batch_size, model.n_samples, auto_control_variate)
     precond = resolved_preconditioner(sampler, model.n_params, auto_preconditioner, intercept_layout(model) is not None)
@@ -127,7 +138,8 @@ def build_geometry(
     else:
         L = curvature_factor(model, theta_map, precond, hessian_at)
     probs = row_distribution(model, kind, theta_map, L, batch_scheme)
-    return Geometry(theta_map, precond, L, kind, probs, batch_scheme)
+    coords = coordinates(model) if coordinates is not None and L is None else None
+    return Geometry(theta_map, precond, L, kind, probs, batch_scheme, coords)
 
 
 def resolved_preconditioner(sampler, n_params, auto_preconditioner=True, centrable=False):

@@ -12,6 +12,7 @@ from ._classifier import BaseSGBayesClassifier
 from ._docstrings import fill_docstring
 from ._run_length import ESS_MIN_PER_CHAIN, RHAT_MAX, required_growth
 from .linear_model import _SparseInput
+from .models import DRBMShear, ShearedDRBM
 from .models.drbm import DRBMModel
 from .samplers import MCCAdL
 
@@ -25,18 +26,21 @@ CURVATURE_LBFGS_ITER = 30
 
 #: Ceiling of ``n_iter="auto"`` for the DRBM, iterations per chain: the default fit on digits
 #: (1,257 x 64, 10 classes) stays well under a minute of wall time even when it reaches it
-#: (the whole fit, 6,826 iterations of the four chains on two forked worker processes, took
-#: 11 s of wall time on a quiet 2-core AMD EPYC virtual machine, so about 17 s at the ceiling;
+#: (the whole fit, 3,664 iterations of the four chains on two forked worker processes, took
+#: 7.1 s of wall time on a quiet 2-core AMD EPYC virtual machine, so about 19 s at the ceiling;
 #: ``benchmarks/drbm_vs_mlp.py``, ``benchmarks/results/drbm_vs_mlp.jsonl``).
 AUTO_MAX_ITER = 10000
 #: Multiplier of the sampler's constant ``c`` in the curvature part of ``step_size="auto"``
-#: (``h = c / sqrt(lambda_max)``; mCCAdL's ``c`` is 0.2, so ``h = 0.6 / sqrt(lambda_max)``,
-#: still a third of the stability limit ``2 / sqrt(lambda_max)``). The predictive's slowest
-#: direction (the overall scale of the weights) mixes in a number of iterations inversely
-#: proportional to ``h``: on digits three times the rule's step converges in about 5,500
-#: iterations per chain instead of about 15,000, at a small discretisation bias in the
-#: posterior predictive (see the class Notes; ``benchmarks/drbm_digits_step_bias.py``).
-AUTO_STEP_SCALE = 3.0
+#: (``h = c / sqrt(lambda_max)``; mCCAdL's ``c`` is 0.2, so ``h = 0.48 / sqrt(lambda_max)``,
+#: a quarter of the stability limit ``2 / sqrt(lambda_max)``), with ``lambda_max`` measured in
+#: the chains' sheared coordinates (:class:`~skbayes_sg.models.ShearedDRBM`). The predictive's
+#: slowest direction mixes in a number of iterations inversely proportional to ``h``, and
+#: its discretisation bias grows with ``h``: on digits this scale gives the same bias in the
+#: posterior predictive as the scale of 3 did in ``theta`` (where ``lambda_max`` was about
+#: six times larger), in about 3,700 iterations per chain instead of about 6,800; a scale of
+#: 3 in the sheared coordinates saves another 5% of the iterations at twice the bias (see the
+#: class Notes; ``benchmarks/drbm_digits_step_bias.py``).
+AUTO_STEP_SCALE = 2.4
 #: ``batch_size="auto"`` and ``max_draws="auto"`` of the DRBM (see the parameters).
 AUTO_BATCH_SIZE = 100
 AUTO_MAX_DRAWS = 250
@@ -109,7 +113,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         ``H``, the number of hidden units. The papers use 100 on letter; 50 costs half as
         much per iteration and on digits, at the same run length, loses 0.4 points of test
         accuracy (97.8% against 98.1%; test log loss 0.159 against 0.139), so that the
-        default fit converges there in well under a minute of wall time (11 s on a quiet
+        default fit converges there in well under a minute of wall time (7.1 s on a quiet
         2-core AMD EPYC virtual machine, see :data:`AUTO_MAX_ITER`).
     init_scale : float, default=0.1
         Standard deviation of the random starting weights ``W`` and ``U`` (biases start
@@ -129,8 +133,8 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         100 per chain and their largest R-hat below :data:`RHAT_MAX_ROWS`, see Notes), at most
         :data:`AUTO_MAX_ITER` (10,000) iterations per chain: a ceiling set so that the
         default fit of a data set the size of digits (1,257 x 64, 10 classes) takes under a
-        minute of wall time even when it reaches it (it converges there in about 6,800, in
-        11 s on a quiet 2-core AMD EPYC virtual machine); where
+        minute of wall time even when it reaches it (it converges there in about 3,700, in
+        7.1 s on a quiet 2-core AMD EPYC virtual machine); where
         the predictive needs longer, ``fit`` warns and an explicit, larger ``n_iter`` runs
         on. The weights' own R-hat is not used: hidden
         units can swap, so it need not fall below 1.01 even when the predictive has
@@ -233,28 +237,35 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     defaults, ``benchmarks/drbm_digits_defaults.py``), so compute it on validation data
     (``predict_proba_samples``) for a stricter check.
 
-    The ``"auto"`` step size measures the curvature after 30 full-data L-BFGS
-    iterations from the first chain's start, where the network fits the data: at the
-    random start every class is about equally likely and every hidden unit is in its
-    steepest range, and the curvature there is about four times that of the posterior
-    bulk (digits), which would halve the step. Under mCCAdL (the default sampler) the step
-    is then :data:`AUTO_STEP_SCALE` (3) times the sampler's rule, ``h = 0.6 /
-    sqrt(lambda_max)``, a third of the stability limit ``2 / sqrt(lambda_max)``: the
-    predictive's slowest direction mixes in a number of iterations about inversely
-    proportional to ``h``, and on digits the rule's own step would need about 15,000
-    iterations per chain to converge where three times it needs about 5,500 (``"auto"``
-    stops at about 6,800, where its prediction from the block of 4,000 lands: 11 s of wall
-    time for the whole fit on a quiet 2-core AMD EPYC virtual machine). The price is a discretisation
-    bias, measured against a step four to six times smaller run long
-    (``benchmarks/drbm_digits_step_bias.py``): on digits the
-    posterior predictive's test log loss differs by 0.0002 to 0.0011 from a step four
-    times smaller (Monte Carlo error 0.0006 to 0.0008) and its probabilities by 0.0014 on
-    average, as much as two reference runs differ from each other; the bias shows in the
-    mean of the per-draw log loss (the posterior's spread), 0.003 to 0.004 higher. On
-    features in ``[-1, 1]``, where the step is larger, the predictive's log loss is
-    0.0035 +- 0.0007 higher (2.4%) at the same accuracy. Give
-    ``sampler=MCCAdL(step_size=...)`` and a longer ``n_iter`` for a smaller step; the
-    other samplers take their own rule unscaled.
+    The chains run in sheared coordinates (:class:`~skbayes_sg.models.ShearedDRBM`):
+    ``c~ = c + W xbar`` with ``xbar`` the inputs' mean, and ``d~ = d + sum_j U_j / 2``. Moving
+    a unit's weights shifts its pre-activations by ``W_j . xbar`` on average, as its bias does,
+    and moving ``U_jy`` for every unit shifts class ``y``'s free energy by about half as many
+    times, as ``d_y`` does; those couplings were the stiffest directions, and centring them
+    out divides the largest curvature by 3.5 (on digits at posterior draws, 550-555 becomes
+    140-165; ``benchmarks/drbm_sheared.py``). The map is linear with unit Jacobian, so the
+    posterior is the same, and the draws are stored in the DRBM's own parameters. Sparse
+    inputs are not centred (that would densify them); their class shear still applies.
+
+    The ``"auto"`` step size measures the curvature, in those coordinates, after 30
+    full-data L-BFGS iterations from the first chain's start, where the network fits the
+    data: at the random start every class is about equally likely and every hidden unit is
+    in its steepest range, and the curvature there is several times that of the posterior
+    bulk, which would shrink the step. Under mCCAdL (the default sampler) the step is then
+    :data:`AUTO_STEP_SCALE` (2.4) times the sampler's rule, ``h = 0.48 / sqrt(lambda_max)``,
+    a quarter of the stability limit ``2 / sqrt(lambda_max)``: the predictive's slowest
+    direction mixes in a number of iterations about inversely proportional to ``h``. On
+    digits ``lambda_max`` is about 200 (1,160 in ``theta``), ``h`` about 0.034, and
+    ``"auto"`` stops at 3,700 to 4,000 iterations per chain: 7.1 s of wall time for the
+    whole fit on a quiet 2-core AMD EPYC virtual machine, against 11 s before the shear
+    (``benchmarks/drbm_vs_mlp.py``). The price is a discretisation bias, measured against a
+    step 4.5 times smaller run long (``benchmarks/drbm_digits_step_bias.py``): on digits
+    the posterior predictive's test log loss differs by -0.0003 and +0.0007 from it (Monte
+    Carlo error 0.0007 to 0.0008) and its probabilities by 0.0015 on average, as much as
+    two reference runs differ from each other; the bias shows in the mean of the per-draw
+    log loss (the posterior's spread), 0.003 to 0.005 higher, as it did at the smaller
+    step before the shear. Give ``sampler=MCCAdL(step_size=...)`` and a longer ``n_iter``
+    for a smaller step; the other samplers take their own rule unscaled.
 
     See Also
     --------
@@ -284,6 +295,9 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     _supports_multilevel = False
     _auto_preconditioner = False
     _ksd_at_fit = False  # the hidden units' permutations: a multimodal posterior
+    # The chains run in sheared coordinates (inputs centred for c, d~ = d + sum_j U_j / 2): the
+    # same posterior, about a third of the largest curvature on digits, so a larger step.
+    _chain_coordinates = staticmethod(DRBMShear.of)
 
     _parameter_constraints = {
         **BaseSGBayesClassifier._parameter_constraints,
@@ -377,7 +391,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
         enough to reach the fitted regime and, stopped early, stays on the safe side of the
         bulk's curvature. The chains still start at their own random points.
         """
-        if not isinstance(chain_model, DRBMModel):  # whitened (preconditioner="diag"): not the weights
+        if not isinstance(chain_model, (DRBMModel, ShearedDRBM)):  # whitened (preconditioner="diag")
             return start
 
         def objective(theta):

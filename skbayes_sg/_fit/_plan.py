@@ -136,6 +136,7 @@ def plan_fresh(est, sampler, model, batch_size):
         est._auto_control_variate,
         est.batch_scheme,
         start_at_map=isinstance(est.init, str) and est.init == "map",
+        coordinates=est._chain_coordinates,
     )
     chain_model = geometry.chain_model(model)
     starts, initial_factor = _fresh_starts(est, sampler, model, geometry, chain_model)

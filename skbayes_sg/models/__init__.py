@@ -7,6 +7,7 @@ posterior directly, without an estimator.
 """
 
 from ._base import Model
+from ._drbm_sheared import DRBMShear, ShearedDRBM
 from ._gradients import (
     DensePerExampleGradients,
     DifferencePerExampleGradients,
@@ -22,6 +23,7 @@ from .normal_gamma import NormalGammaModel
 
 __all__ = [
     "DRBMModel",
+    "DRBMShear",
     "Family",
     "GLM",
     "DRBMPerExampleGradients",
@@ -34,6 +36,7 @@ __all__ = [
     "NormalGammaModel",
     "PerExampleGradients",
     "PoissonModel",
+    "ShearedDRBM",
     "SoftmaxModel",
     "TransformedPerExampleGradients",
     "WhitenedModel",

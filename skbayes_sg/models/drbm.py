@@ -528,13 +528,16 @@ class DRBMModel(RowData, Model):
         F += Uh.sum(axis=1, dtype=np.float64) + d + Bh.shape[1] * _LOG2
         return F
 
-    def _batch(self, theta, X, y, A_out=None, w=None):
+    def _batch(self, theta, X, y, A_out=None, w=None, u_shift=0.0):
         """Log likelihood terms and gradient factors of rows ``X``, ``y`` (each row's scaled by
         its likelihood weight ``w`` when given).
 
         Returns ``ll`` (n,), ``a`` (n, H), ``r`` (n, C) and ``A_sum`` (H, C); writes ``A``
         into ``A_out`` (n, H, C) when given. ``A_out="kernel"`` (rows in one block only):
         returns ``A`` as a fifth value, in the kernel's (n, C, H) layout, without the copy.
+        ``u_shift`` ``s`` returns the gradients of ``U`` in the sheared coordinates of
+        :class:`~skbayes_sg.models.ShearedDRBM` (``d~ = d + s sum_j U_j``): ``A - s r``
+        (``a`` stays ``sum_y A``, the gradient of ``c``).
         """
         W, U, c, d = self.unpack(theta)
         n = X.shape[0]
@@ -573,6 +576,8 @@ class DRBMModel(RowData, Model):
             Ak += 1.0
             Ak *= (0.5 * rb)[:, :, None].astype(Ak.dtype, copy=False)
             a[s:e] = np.einsum("kch->kh", Ak)
+            if u_shift:
+                Ak -= (u_shift * rb)[:, :, None].astype(Ak.dtype, copy=False)
             A_sum += Ak.sum(axis=0)
             if A_out is not None and not keep:
                 A_out[s:e] = Ak.transpose(0, 2, 1)
@@ -583,16 +588,20 @@ class DRBMModel(RowData, Model):
     # -- likelihood and prior ------------------------------------------------------
     def per_example_gradients(self, theta, idx):
         """Structured per-example gradients of the rows ``idx`` (see :class:`DRBMPerExampleGradients`)."""
-        X, y, w, _ = self.rows.gather(idx)
+        return self._operator(theta, self.rows.gather(idx))
+
+    def _operator(self, theta, block, u_shift=0.0):
+        """The per-example gradients of a gathered ``block`` of rows (see :meth:`_batch`)."""
+        X, y, w, _ = block
         if X.shape[0] <= self._block_rows():
             # One block (a minibatch): the operator transposes the kernel's A when a product
             # first needs it, and an operator used for its mean alone never does.
-            _, a, r, A_sum, A_kernel = self._batch(theta, X, y, A_out="kernel", w=w)
+            _, a, r, A_sum, A_kernel = self._batch(theta, X, y, A_out="kernel", w=w, u_shift=u_shift)
             return DRBMPerExampleGradients(
                 X, None, a, r, self.fit_intercept, A_sum=A_sum, A_kernel=A_kernel, dtype=self.operator_dtype
             )
         A = np.empty((X.shape[0], self.n_hidden, self.n_classes), dtype=self.operator_dtype)
-        _, a, r, A_sum = self._batch(theta, X, y, A_out=A, w=w)
+        _, a, r, A_sum = self._batch(theta, X, y, A_out=A, w=w, u_shift=u_shift)
         return DRBMPerExampleGradients(X, A, a, r, self.fit_intercept, A_sum=A_sum)
 
     def log_likelihood_and_grad(self, theta, idx=None):
@@ -601,14 +610,23 @@ class DRBMModel(RowData, Model):
         Rows are processed in blocks (the row source's for all rows), so memory stays bounded
         on any ``N``.
         """
+        return self._log_likelihood_and_grad(theta, idx)
+
+    def _log_likelihood_and_grad(self, theta, idx, rows=None, u_shift=0.0):
+        """:meth:`log_likelihood_and_grad` of the rows as ``rows(block)`` returns each gathered
+        block (as gathered if None), with :meth:`_batch`'s ``u_shift``."""
+
+        def sums(block):
+            return self._sums(theta, block if rows is None else rows(block), u_shift)
+
         if idx is None:
-            ll, gW, gU, gc, gd = self.rows.reduce_blocks(lambda block: self._sums(theta, block), _OUTER_ROWS)
+            ll, gW, gU, gc, gd = self.rows.reduce_blocks(sums, _OUTER_ROWS)
         else:
-            ll, gW, gU, gc, gd = self._sums(theta, self.rows.gather(idx))
+            ll, gW, gU, gc, gd = sums(self.rows.gather(idx))
         grad = np.concatenate([gW.ravel(), gU.ravel()] + ([gc, gd] if self.fit_intercept else []))
         return ll, grad
 
-    def _sums(self, theta, block):
+    def _sums(self, theta, block, u_shift=0.0):
         """The log likelihood and the gradient's parts ``(gW, gU, gc, gd)`` summed over a block."""
         X, y, w, _ = block
         H, D, C = self.n_hidden, self.n_features, self.n_classes
@@ -617,7 +635,7 @@ class DRBMModel(RowData, Model):
         for s in range(0, X.shape[0], _OUTER_ROWS):
             Xb = X[s : s + _OUTER_ROWS]
             ll, a, r, A_sum = self._batch(
-                theta, Xb, y[s : s + _OUTER_ROWS], w=None if w is None else w[s : s + _OUTER_ROWS]
+                theta, Xb, y[s : s + _OUTER_ROWS], w=None if w is None else w[s : s + _OUTER_ROWS], u_shift=u_shift
             )
             total += float(ll.sum())
             gW += _xt_dot(Xb, a)
