@@ -3,8 +3,8 @@
 The DRBM's ``step_size="auto"`` under mCCAdL is :data:`skbayes_sg.drbm.AUTO_STEP_SCALE`
 times the sampler's rule. A larger step mixes faster but samples a slightly wrong
 distribution; this compares the posterior predictive on digits' 540 test rows (the split of
-``drbm_digits_defaults.py``) of the default fits against reference fits at a 4x (and 6x)
-smaller step run long enough to reach a similar Monte Carlo error:
+``drbm_digits_defaults.py``) of the default fits against reference fits at a several times
+smaller step (see ``RUNS``) run long enough to reach a similar Monte Carlo error:
 
 * ``log_loss``: of the posterior predictive, with its Monte Carlo standard error from the
   8 batch means (each chain's two halves) by the delta method; ``diff`` and ``diff_se``
@@ -35,9 +35,13 @@ import drbm_digits_defaults as bench  # noqa: E402
 
 RESULTS = bench.ROOT / "benchmarks" / "results" / "drbm_digits_step_bias{}.json"
 
-#: (name, estimator params, seed): the defaults (step scale 3) on two seeds; references at
-#: step scales 0.75 (4x smaller) and 0.5 (6x smaller), fixed lengths four and three times
-#: the defaults' ~8,000 iterations, on seeds of their own.
+#: (name, estimator params, seed): the defaults (step scale 2.4, in the chains' sheared
+#: coordinates) on two seeds; references at step scales 0.75 and 0.5 and fixed lengths of
+#: 32,000 and 24,000 iterations, on seeds of their own. The references in
+#: ``results/drbm_digits_step_bias.json`` were run before the shear, in ``theta``, at
+#: h = 0.0044 and 0.0029 (7.8 and 12 times below today's default step of 0.034; the posterior
+#: is the same in either coordinates); run afresh, they run sheared, at h of about 0.0106 and
+#: 0.0071 (3.2 and 4.8 times below it). The script reuses whatever files ``--dir`` holds.
 RUNS = [
     ("defaults", {}, 0),
     ("defaults", {}, 1),

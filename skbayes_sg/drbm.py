@@ -259,7 +259,7 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     ``"auto"`` stops at 3,700 to 4,000 iterations per chain: 7.1 s of wall time for the
     whole fit on a quiet 2-core AMD EPYC virtual machine, against 11 s before the shear
     (``benchmarks/drbm_vs_mlp.py``). The price is a discretisation bias, measured against a
-    step 4.5 times smaller run long (``benchmarks/drbm_digits_step_bias.py``): on digits
+    step eight times smaller run long (``benchmarks/drbm_digits_step_bias.py``): on digits
     the posterior predictive's test log loss differs by -0.0003 and +0.0007 from it (Monte
     Carlo error 0.0007 to 0.0008) and its probabilities by 0.0015 on average, as much as
     two reference runs differ from each other; the bias shows in the mean of the per-draw
