@@ -58,7 +58,7 @@ class DRBMShear:
         the rows' likelihood weights (so that a row of weight 2 and the row twice give the
         same coordinates, hence the same draws), None for sparse inputs; ``s = CLASS_SHIFT``.
         None for a model without intercepts."""
-        if not getattr(drbm, "fit_intercept", False) or not hasattr(drbm, "n_hidden"):
+        if not drbm.fit_intercept:
             return None
         X = drbm.X
         if sp.issparse(X):
