@@ -21,6 +21,12 @@ predictive in ``--dir``; a file already there is reused. Writes
 symmetric``). Usage::
 
     python benchmarks/drbm_digits_step_bias.py [--dir /tmp/drbm_bias] [--scale symmetric]
+
+``--option TAG JSON`` (repeatable) instead fits the defaults with the estimator parameters
+``JSON`` (as ``drbm_digits_defaults.py`` takes them: ``{"sampler": {"sigma_refresh": 4}}``)
+on seeds 0 and 1, compares each against both references of ``--dir`` and appends one row per
+pair to ``benchmarks/results/drbm_digits_sampler_options.jsonl``: how
+``drbm_digits_sampler_options.jsonl``'s rows are made.
 """
 
 import argparse
@@ -34,6 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import drbm_digits_defaults as bench  # noqa: E402
 
 RESULTS = bench.ROOT / "benchmarks" / "results" / "drbm_digits_step_bias{}.json"
+OPTIONS = bench.ROOT / "benchmarks" / "results" / "drbm_digits_sampler_options.jsonl"
+#: The references an option is compared against: (row label, file name, seed).
+OPTION_REFERENCES = [("ref0.75", "reference_0.75", 11), ("ref0.5", "reference_0.5", 10)]
+OPTION_KEYS = ("log_loss", "diff", "diff_se", "mean_abs_dp", "rms_z", "per_draw_log_loss", "ref_per_draw_log_loss")
 
 #: (name, estimator params, seed): the defaults (step scale 2.4, in the chains' sheared
 #: coordinates) on two seeds; references at step scales 0.75 and 0.5 and fixed lengths of
@@ -106,6 +116,26 @@ def compare(a, b, y):
     }
 
 
+def _options(options, directory):
+    """Fit each ``(tag, params)`` on seeds 0 and 1 and append its rows to :data:`OPTIONS`."""
+    refs = {}
+    for label, name, seed in OPTION_REFERENCES:
+        params = next(p for n, p, s in RUNS if n == name)
+        halves, per_draw, y, _ = _fit(name, params, seed, directory)
+        refs[label] = (halves, per_draw)
+    with open(OPTIONS, "a") as sink:
+        for tag, params in options:
+            for seed in (0, 1):
+                halves, per_draw, y, row = _fit(tag, {"n_jobs": 2, **params}, seed, directory)
+                for label, ref in refs.items():
+                    c = compare((halves, per_draw), ref, y)
+                    line = {"tag": tag, "seed": seed, "ref": label, "n_iter": row["n_iter"]}
+                    line.update(fit_s=round(row["fit_s"], 2), step_size=round(row["step_size"], 5))
+                    line.update({k: c[k] for k in OPTION_KEYS}, accuracy=c["accuracy"])
+                    print(json.dumps(line))
+                    sink.write(json.dumps(line) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default="/tmp/drbm_bias", help="where the fits' predictives are kept")
@@ -116,7 +146,14 @@ def main():
         help="features X / 16 in [0, 1] or X / 8 - 1 in [-1, 1] (as in drbm_digits_defaults.py)",
     )
     parser.add_argument("--out", help="default: benchmarks/results/drbm_digits_step_bias[_symmetric].json")
+    parser.add_argument(
+        "--option", nargs=2, action="append", metavar=("TAG", "JSON"), help="a setting to compare (see above)"
+    )
     args = parser.parse_args()
+    if args.option:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
+        _options([(tag, json.loads(params)) for tag, params in args.option], args.dir)
+        return
     out_path = args.out or str(RESULTS).format("" if args.scale == "unit" else "_" + args.scale)
     runs = RUNS if args.scale == "unit" else RUNS_SYMMETRIC
     Path(args.dir).mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import pytest
 import scipy.linalg
 
 from skbayes_sg.models._gradients import DensePerExampleGradients
-from skbayes_sg.samplers._expmv import c_step
+from skbayes_sg.samplers._expmv import NoiseCovariance, c_step
 
 
 class _WithGram(DensePerExampleGradients):
@@ -55,3 +55,21 @@ def test_row_space_c_step_of_a_diverged_chain_is_not_finite():
     grads.G[0, 0] = np.inf
     f, _ = c_step(p, grads, 3.0, 0.7, 0.05)
     assert not np.isfinite(f).all()
+
+
+def test_a_reused_covariance_forms_its_gram_once_and_stays_exact():
+    """mCCAdL's ``sigma_refresh`` reuses one minibatch's ``Sigma``: the Gram matrix is formed
+    once (a rescaled copy shares it, the scale is applied per step), and every C step from
+    it, at either scale, still matches the dense exponential."""
+    grads, p = _problem(8, 15, 80)
+    calls = []
+    gram = grads.gram
+    grads.gram = lambda: calls.append(1) or gram()
+    noise_scale = 3.0
+    Sigma = noise_scale * np.cov(grads.G.T)
+    cov = NoiseCovariance(grads, noise_scale, -0.05)
+    for scale in (0.05, 0.05, 0.2):
+        exact = scipy.linalg.expm(-scale * 0.7 * Sigma) @ p
+        f, _ = c_step(p, cov, noise_scale, 0.7, scale, tol=2.0**-53)
+        assert np.linalg.norm(f - exact) <= 1e-12 * np.linalg.norm(p)
+    assert len(calls) == 1

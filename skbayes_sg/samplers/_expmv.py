@@ -506,6 +506,8 @@ class NoiseCovariance:
         return E
 
     _expm = None
+    #: The row-space C step's centred Gram matrix (:func:`._row_space.centred_gram`).
+    _row_gram = None
 
     def rescaled(self, coef, noise_scale):
         """The operator of ``coef * noise_scale V``: this one with both scalars replaced."""

@@ -26,6 +26,24 @@ def row_space_applies(cov, p):
     return grads is not None and 1 < cov.n < p.size and callable(getattr(grads, "gram", None))
 
 
+def centred_gram(cov):
+    """``Bc Bc'`` (n x n) of ``cov``'s minibatch, computed once per covariance: mCCAdL's ``sigma_refresh``
+    reuses one minibatch's ``Sigma`` over several C steps, and the Gram matrix, not the
+    ``n x n`` series, is the costly part of each (kept on ``cov``; :meth:`rescaled
+    <._expmv.NoiseCovariance.rescaled>` copies share it, as it does not depend on the scale)."""
+    kept = cov._row_gram
+    if kept is not None:
+        return kept
+    gram = np.asarray(cov.grads.gram(), dtype=float)
+    # Centred: (I - J/n) G G' (I - J/n).
+    row = gram.mean(axis=1)
+    gram -= row[:, None]
+    gram -= row[None, :]
+    gram += row.mean()
+    cov._row_gram = gram
+    return gram
+
+
 def row_space_c_step(cov, t, p, tol, select_degree):
     """``exp(t cov) p`` for a :class:`~._expmv.NoiseCovariance` ``cov`` (see the module).
 
@@ -44,14 +62,7 @@ def row_space_c_step(cov, t, p, tol, select_degree):
     """
     grads = cov.grads
     c = t * cov.factor
-    gram = np.asarray(grads.gram(), dtype=float)
-    # Centred: (I - J/n) G G' (I - J/n).
-    row = gram.mean(axis=1)
-    gram -= row[:, None]
-    gram -= row[None, :]
-    gram += row.mean()
-    K = gram
-    K *= c
+    K = centred_gram(cov) * c
     u = grads.matvec(p)
     u -= u.mean()
     w = u * c

@@ -139,8 +139,15 @@ class MCCAdL(ThermostatSampler):
         changes by 20% in one iteration and is decorrelated after about 8, so an older
         estimate would no longer describe the noise the C step must cancel); 64 with plain
         minibatch gradients, whose ``Sigma(theta)`` is nearly constant across the posterior
-        (0.1-0.2% change over 64 iterations on a9a). Ignored by the other
-        ``sigma_estimate`` options.
+        (0.1-0.2% change over 64 iterations on a9a), when ``Sigma`` is held as a matrix
+        (then a running average over minibatches); 1 when it is not (more parameters than
+        :data:`~._expmv.COMPACT_MAX_PARAMS`, or the row-space C step of the DRBM). One
+        minibatch's estimate then has rank below ``n``, and the exponential saturates in
+        those few directions, so one estimate applied ``k`` times damps less than ``k``
+        fresh ones: on digits, the DRBM's chains with ``sigma_refresh=4`` ran 28% faster but
+        hot, their test log loss 0.006 above the small-step reference (0.009 with 8),
+        against 0.0002 with 1 (``benchmarks/results/drbm_digits_sampler_options.jsonl``).
+        Ignored by the other ``sigma_estimate`` options.
 
     Notes
     -----
