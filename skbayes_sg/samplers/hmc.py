@@ -413,7 +413,8 @@ class HMC(BaseSampler):
     def _accept(self, chains, q, g, lp, H0, H1, log_u, n_leap, split=False):
         # Chain by chain in plain floats: the scalar formulas a chain alone uses (numpy's exp
         # may round otherwise), and for a few chains cheaper than a dozen array operations.
-        rows = []
+        rows, taken = [], []
+        adapting = chains.adapting
         for c, dH in enumerate((H1 - H0).tolist()):
             # Not finite (NaN fails both comparisons) or above the threshold.
             diverging = not (dH > -math.inf and dH <= DIVERGENCE_ENERGY)
@@ -421,16 +422,22 @@ class HMC(BaseSampler):
             accept_prob = math.exp(min(0.0, log_ratio))
             accepted = log_u[c] < log_ratio
             if accepted:
-                chains.theta[c], chains.grad[c], chains.log_p[c] = q[c], g[c], lp[c]
-            if chains.adapting:
+                taken.append(c)
+            if adapting:
                 self._dual_average(chains, c, accept_prob, split)
-            else:
-                chains.n_accepted[c] += accepted
-                chains.n_divergent[c] += diverging
             rows.append((accept_prob, float(accepted), n_leap[c], float(diverging)))
+        # The accepted rows at once (all of them, most iterations, in one copy per field).
+        if len(taken) == len(rows):
+            chains.theta[...], chains.grad[...], chains.log_p[...] = q, g, lp
+        elif taken:
+            chains.theta[taken], chains.grad[taken], chains.log_p[taken] = q[taken], g[taken], lp[taken]
+        info = np.array(rows)
+        if not adapting:
+            chains.n_accepted += info[:, 1]
+            chains.n_divergent += info[:, 3]
         chains.n_leapfrog += n_leap
         chains.n_steps += 1.0
-        return np.array(rows)
+        return info
 
     def _dual_average(self, chains, c, accept_prob, split=False):
         """One step of dual averaging on chain ``c``'s log step (Hoffman & Gelman 2014, eqs. 5-6)."""
@@ -477,8 +484,10 @@ def _leapfrog_trajectory(grads, fused, q, p, g, e_all, half_all, work=None, rota
         q += e * p
         # The last step's end point is every chain's (an ended chain stayed put there):
         # its log posterior comes from the pass that computes its force.
-        lp = _evaluate(grads, q, g, j + 1 == n_max, fused)
+        lp = _evaluate(grads, q, g, j + 1 == n_max, fused, count=False)
         p += half * g
+    if fused is not None:
+        _count_fused(grads, n_max)
     return lp
 
 
@@ -507,12 +516,21 @@ def _split_trajectory(grads, fused, q, p, g, e_all, half_all, work=None, rotatio
         w.imag += f1
         w *= turn[j]
         q[...] = w.real
-        lp = _evaluate(grads, q, g, j + 1 == n_max, fused)
+        lp = _evaluate(grads, q, g, j + 1 == n_max, fused, count=False)
     np.add(g, q, out=f1)
     f1 *= half_all[-1]
     w.imag += f1
     p[...] = w.imag
+    if fused is not None:
+        _count_fused(grads, n_max)
     return lp
+
+
+def _count_fused(grads, n):
+    """Add ``n`` fused full-data evaluations to every chain's ``n_grad_evals`` (each chain's own
+    estimator counts its unfused ones itself)."""
+    for e in grads.estimators:
+        e.n_grad_evals += n * e.n_samples
 
 
 class _OneChain:
@@ -522,16 +540,18 @@ class _OneChain:
         self.estimators, self.model, self.full = [estimator], estimator.model, estimator.full
 
 
-def _evaluate(grads, Z, out, log_p, fused=False):
+def _evaluate(grads, Z, out, log_p, fused=False, count=True):
     """The full-data forces at the rows of ``Z`` into ``out`` and, when ``log_p``, the log
     posteriors (C,) (else None where that costs extra): fused over the chains for a one-output
     GLM in memory (``fused``, :func:`~skbayes_sg.models._fused.fused_force` of the model, looked
-    up here if not given), else each chain's own estimator."""
+    up here if not given), else each chain's own estimator. ``count=False``: the fused
+    evaluation is not added to the estimators' ``n_grad_evals`` (a trajectory adds its
+    evaluations at its end, :func:`_count_fused`)."""
     if fused is False:
         fused = fused_force(grads.model) if grads.full else None
     if fused is not None:
-        for e in grads.estimators:
-            e.n_grad_evals += e.n_samples
+        if count:
+            _count_fused(grads, 1)
         if log_p:
             return fused.log_posterior_and_force(Z, out)
         fused.leapfrog_force(Z, out)
