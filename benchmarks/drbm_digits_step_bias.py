@@ -24,7 +24,7 @@ symmetric``). Usage::
 
 ``--option TAG JSON`` (repeatable) instead fits the defaults with the estimator parameters
 ``JSON`` (as ``drbm_digits_defaults.py`` takes them: ``{"sampler": {"sigma_refresh": 4}}``)
-on seeds 0 and 1, compares each against both references of ``--dir`` and appends one row per
+on seeds 0 and 1 (``--seeds``), compares each against both references of ``--dir`` and appends one row per
 pair to ``benchmarks/results/drbm_digits_sampler_options.jsonl``: how
 ``drbm_digits_sampler_options.jsonl``'s rows are made.
 """
@@ -116,8 +116,8 @@ def compare(a, b, y):
     }
 
 
-def _options(options, directory):
-    """Fit each ``(tag, params)`` on seeds 0 and 1 and append its rows to :data:`OPTIONS`."""
+def _options(options, directory, seeds=(0, 1)):
+    """Fit each ``(tag, params)`` on ``seeds`` and append its rows to :data:`OPTIONS`."""
     refs = {}
     for label, name, seed in OPTION_REFERENCES:
         params = next(p for n, p, s in RUNS if n == name)
@@ -125,7 +125,7 @@ def _options(options, directory):
         refs[label] = (halves, per_draw)
     with open(OPTIONS, "a") as sink:
         for tag, params in options:
-            for seed in (0, 1):
+            for seed in seeds:
                 halves, per_draw, y, row = _fit(tag, {"n_jobs": 2, **params}, seed, directory)
                 for label, ref in refs.items():
                     c = compare((halves, per_draw), ref, y)
@@ -149,10 +149,11 @@ def main():
     parser.add_argument(
         "--option", nargs=2, action="append", metavar=("TAG", "JSON"), help="a setting to compare (see above)"
     )
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="the seeds of --option's fits")
     args = parser.parse_args()
     if args.option:
         Path(args.dir).mkdir(parents=True, exist_ok=True)
-        _options([(tag, json.loads(params)) for tag, params in args.option], args.dir)
+        _options([(tag, json.loads(params)) for tag, params in args.option], args.dir, args.seeds)
         return
     out_path = args.out or str(RESULTS).format("" if args.scale == "unit" else "_" + args.scale)
     runs = RUNS if args.scale == "unit" else RUNS_SYMMETRIC
