@@ -24,9 +24,9 @@ symmetric``). Usage::
 
 ``--option TAG JSON`` (repeatable) instead fits the defaults with the estimator parameters
 ``JSON`` (as ``drbm_digits_defaults.py`` takes them: ``{"sampler": {"sigma_refresh": 4}}``)
-on seeds 0 and 1 (``--seeds``), compares each against both references of ``--dir`` and appends one row per
-pair to ``benchmarks/results/drbm_digits_sampler_options.jsonl``: how
-``drbm_digits_sampler_options.jsonl``'s rows are made.
+on seeds 0 and 1 (``--seeds``), compares each fit against both references of ``RUNS`` and
+appends one row per pair to ``benchmarks/results/drbm_digits_sampler_options.jsonl`` (how
+that file's rows are made).
 """
 
 import argparse
@@ -41,8 +41,6 @@ import drbm_digits_defaults as bench  # noqa: E402
 
 RESULTS = bench.ROOT / "benchmarks" / "results" / "drbm_digits_step_bias{}.json"
 OPTIONS = bench.ROOT / "benchmarks" / "results" / "drbm_digits_sampler_options.jsonl"
-#: The references an option is compared against: (row label, file name, seed).
-OPTION_REFERENCES = [("ref0.75", "reference_0.75", 11), ("ref0.5", "reference_0.5", 10)]
 OPTION_KEYS = ("log_loss", "diff", "diff_se", "mean_abs_dp", "rms_z", "per_draw_log_loss", "ref_per_draw_log_loss")
 
 #: (name, estimator params, seed): the defaults (step scale 2.4, in the chains' sheared
@@ -119,10 +117,10 @@ def compare(a, b, y):
 def _options(options, directory, seeds=(0, 1)):
     """Fit each ``(tag, params)`` on ``seeds`` and append its rows to :data:`OPTIONS`."""
     refs = {}
-    for label, name, seed in OPTION_REFERENCES:
-        params = next(p for n, p, s in RUNS if n == name)
-        halves, per_draw, y, _ = _fit(name, params, seed, directory)
-        refs[label] = (halves, per_draw)
+    for name, params, seed in RUNS:
+        if name.startswith("reference"):
+            halves, per_draw, y, _ = _fit(name, params, seed, directory)
+            refs["ref" + name.removeprefix("reference_")] = (halves, per_draw)
     with open(OPTIONS, "a") as sink:
         for tag, params in options:
             for seed in seeds:

@@ -261,11 +261,11 @@ class SGBayesDRBMClassifier(_SparseInput, BaseSGBayesClassifier):
     (``benchmarks/drbm_vs_mlp.py``). The price is a discretisation bias, measured against a
     step eight times smaller run long (``benchmarks/drbm_digits_step_bias.py``): on digits
     the posterior predictive's test log loss differs by -0.0003 and +0.0007 from it (Monte
-    Carlo error 0.0007 to 0.0008; +0.0008 on average over five seeds, 0.5% of the log
-    loss: ``results/drbm_digits_sampler_options.jsonl``) and its probabilities by 0.0015 on average, as much as
-    two reference runs differ from each other; the bias shows in the mean of the per-draw
-    log loss (the posterior's spread), 0.003 to 0.005 higher, as it did at the smaller
-    step before the shear. Give ``sampler=MCCAdL(step_size=...)`` and a longer ``n_iter``
+    Carlo error 0.0007 to 0.0008; +0.0008 on average over five seeds, 0.5% of the log loss:
+    ``results/drbm_digits_sampler_options.jsonl``) and its probabilities by 0.0015 on
+    average, as much as two reference runs differ from each other; the bias shows in the
+    mean of the per-draw log loss (the posterior's spread), 0.003 to 0.005 higher, as it
+    did at the smaller step before the shear. Give ``sampler=MCCAdL(step_size=...)`` and a longer ``n_iter``
     for a smaller step; the other samplers take their own rule unscaled.
 
     See Also
